@@ -1,0 +1,42 @@
+"""Datasets aogpt registers in torchtitan's `DATASETS` table (`--training.dataset NAME`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .text_files import list_text_files
+
+OPENWEBTEXT = "Skylion007/openwebtext"
+
+
+def load_local_text(path: str):
+    """A map-style HF dataset over local .jsonl/.json (field `text`) or .txt files."""
+    from datasets import load_dataset
+
+    files = list_text_files(path)
+    if files[0].endswith(".txt"):
+        return load_dataset("text", data_files=files, sample_by="paragraph", split="train")
+    return load_dataset("json", data_files=files, split="train")
+
+
+def load_openwebtext(path: str):
+    """OpenWebText streamed from the Hugging Face hub (or any hub id / local copy given as path)."""
+    from datasets import load_dataset
+
+    return load_dataset(path or OPENWEBTEXT, split="train", streaming=True)
+
+
+def _text(sample: dict[str, Any]) -> str:
+    return sample["text"]
+
+
+def register_datasets() -> None:
+    from torchtitan.hf_datasets import DatasetConfig
+    from torchtitan.hf_datasets.text_datasets import DATASETS
+
+    DATASETS.setdefault(
+        "openwebtext", DatasetConfig(path=OPENWEBTEXT, loader=load_openwebtext, sample_processor=_text)
+    )
+    DATASETS.setdefault(
+        "local", DatasetConfig(path="", loader=load_local_text, sample_processor=_text)
+    )

@@ -1,0 +1,62 @@
+"""Finding and reading local text corpora: jsonl/json with a `text` field, or plain .txt files.
+
+Kept free of torchtitan so the evaluator can reuse it. In .txt files, documents are separated by
+blank lines (the OpenWebText-sample layout).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+
+from ..model.args import ConfigError
+
+TEXT_SUFFIXES = (".jsonl", ".json", ".txt")
+
+
+def list_text_files(path: str, key: str = "training.dataset_path") -> list[str]:
+    """The corpus files at `path` (a file, or a folder searched recursively), sorted."""
+    if not path or not os.path.exists(path):
+        raise ConfigError(f"{key}={path!r} does not exist; give a .jsonl/.json/.txt file or a folder of them")
+    if os.path.isfile(path):
+        files = [path]
+    else:
+        files = sorted(
+            os.path.join(root, f)
+            for root, _, names in os.walk(path)
+            for f in names
+            if f.endswith(TEXT_SUFFIXES)
+        )
+    bad = [f for f in files if not f.endswith(TEXT_SUFFIXES)]
+    if not files or bad:
+        raise ConfigError(
+            f"{key}={path!r} holds no usable text files (allowed suffixes: {', '.join(TEXT_SUFFIXES)})"
+        )
+    if len({os.path.splitext(f)[1] == ".txt" for f in files}) > 1:
+        raise ConfigError(f"{key}={path!r} mixes .txt and .jsonl files; use one kind per dataset")
+    return files
+
+
+def iter_documents(path: str) -> Iterator[str]:
+    """Documents of one file, in file order."""
+    if path.endswith(".txt"):
+        with open(path, encoding="utf-8") as f:
+            doc: list[str] = []
+            for line in f:
+                if line.strip():
+                    doc.append(line)
+                elif doc:
+                    yield "".join(doc).rstrip("\n")
+                    doc = []
+            if doc:
+                yield "".join(doc).rstrip("\n")
+        return
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                yield json.loads(line)["text"]
+            except (json.JSONDecodeError, KeyError, TypeError):
+                raise ConfigError(f"{path}:{lineno} is not a JSON object with a 'text' field") from None

@@ -1,0 +1,93 @@
+"""Exponential moving average of the weights, kept inside the model as `ema.<param name>` buffers.
+
+Why buffers of a child module: torchtitan's checkpointer saves the model state dict in every
+checkpoint, including the model-only one it writes at the last step, so the EMA weights travel by
+parameter name (not as the authors' positional list) and `aogpt convert --weights ema` works on
+any checkpoint. Each shadow is a float32 copy of the parameter *as the optimizer sees it*: with
+FSDP2 that is the local shard (a DTensor), so EMA stays sharded and costs 1x sharded params.
+The shadows are not parameters, so the optimizer, grad clipping and FSDP all-gathers ignore them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+
+import torch
+import torch.nn as nn
+
+_WRAPPER_PARTS = re.compile(r"(^|\.)(_orig_mod|_checkpoint_wrapped_module|_fsdp_wrapped_module)(?=\.|$)")
+
+
+def clean_fqn(name: str) -> str:
+    """Parameter name without torch.compile / activation-checkpoint wrapper segments."""
+    return _WRAPPER_PARTS.sub("", name).lstrip(".")
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+class EMA(nn.Module):
+    """Holds the shadows; `update()` after every optimizer step, `swapped(model)` to evaluate with them."""
+
+    def __init__(self, model: nn.Module, decay: float = 0.9999, warmup: bool = True):
+        super().__init__()
+        self.decay, self.warmup = decay, warmup
+        self.register_buffer("num_updates", torch.zeros((), dtype=torch.int64))
+        self._pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
+        for name, p in model.named_parameters():
+            if not p.requires_grad:
+                continue
+            shadow = p.detach().to(torch.float32, copy=True)
+            owner, leaf = self._owner(clean_fqn(name))
+            owner.register_buffer(leaf, shadow)
+            self._pairs.append((p, shadow))
+
+    def _owner(self, fqn: str) -> tuple[nn.Module, str]:
+        *path, leaf = fqn.split(".")
+        mod: nn.Module = self
+        for part in path:
+            if not hasattr(mod, part):
+                mod.add_module(part, nn.Module())
+            mod = getattr(mod, part)
+        return mod, leaf
+
+    def current_decay(self) -> float:
+        if not self.warmup:
+            return self.decay
+        k = int(self.num_updates.item())
+        return min(self.decay, (1 + k) / (10 + k))
+
+    @torch.no_grad()
+    def update(self) -> None:
+        self.num_updates += 1
+        weight = 1.0 - self.current_decay()
+        shadows = [_local(s) for _, s in self._pairs]
+        params = [_local(p).float() for p, _ in self._pairs]
+        torch._foreach_lerp_(shadows, params, weight)
+
+    @contextlib.contextmanager
+    def swapped(self):
+        """Temporarily load the shadows into the parameters (restores the raw weights after)."""
+        saved = []
+        with torch.no_grad():
+            for p, s in self._pairs:
+                lp = _local(p)
+                saved.append(lp.clone())
+                lp.copy_(_local(s))
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for (p, _), raw in zip(self._pairs, saved, strict=True):
+                    _local(p).copy_(raw)
+
+
+def attach_ema(model: nn.Module, decay: float, warmup: bool = True) -> EMA:
+    """Create the EMA from the current weights and register it as `model.ema`."""
+    if hasattr(model, "ema"):
+        raise RuntimeError("model already has an `ema` attribute")
+    ema = EMA(model, decay=decay, warmup=warmup)
+    model.add_module("ema", ema)
+    return ema

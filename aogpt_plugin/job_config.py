@@ -1,0 +1,86 @@
+"""The TOML sections aogpt adds to torchtitan's JobConfig (`[job] custom_config_module`).
+
+`[aogpt]` holds the any-order options, `[ema]` the weight averaging. Each value is checked when
+the section is built, i.e. while torchtitan parses the TOML and the CLI, before any process group
+exists; a bad value raises ConfigError with one line naming key, value and what is allowed.
+"""
+
+
+from dataclasses import dataclass, field
+
+from .data.orders import parse_order_kind
+from .data.tokenizer import TOKENIZERS
+from .model.args import CONDITIONINGS, ConfigError
+
+
+@dataclass
+class AOGPT:
+    conditioning: str = "adaln"
+    """How slot j learns its target position: adaln (AO-GPT), concat (sigma-GPT), none (AR GPT)."""
+
+    target_pe_dim: int = 128
+    """Width of the target-position table that feeds adaLN (the paper uses 128)."""
+
+    order: str = "mixture"
+    """Order distribution: mixture | uniform | l2r | fixed_random | blockwise:K."""
+
+    p_l2r: float = 0.1
+    """With order=mixture: probability that a sequence is read left to right (paper: 0.1)."""
+
+    order_seed: int = 0
+    """Seed of the order streams (mixed with the data-parallel rank and the sequence index)."""
+
+    tokenizer: str = "gpt2"
+    """tiktoken encoding; GPT-2 BPE with EOS appended to every document, as in the paper."""
+
+    val_orders: int = 2
+    """Validation: fixed random orders per window for the any-order loss (left to right is always added)."""
+
+    val_order_seed: int = 1234
+    """Validation: seed of those fixed orders, so every validation scores the same (window, order) pairs."""
+
+    nan_check: bool = True
+    """Stop before the optimizer step when a loss is NaN/inf, so no later checkpoint holds bad weights."""
+
+    def __post_init__(self) -> None:
+        if self.conditioning not in CONDITIONINGS:
+            raise ConfigError(
+                f"aogpt.conditioning={self.conditioning!r} is not supported; "
+                f"allowed: {', '.join(CONDITIONINGS)}"
+            )
+        parse_order_kind(self.order)
+        if not 0.0 <= self.p_l2r <= 1.0:
+            raise ConfigError(f"aogpt.p_l2r={self.p_l2r} is outside the allowed range [0, 1]")
+        if self.target_pe_dim < 1:
+            raise ConfigError(f"aogpt.target_pe_dim={self.target_pe_dim} must be >= 1")
+        if self.tokenizer not in TOKENIZERS:
+            raise ConfigError(
+                f"aogpt.tokenizer={self.tokenizer!r} is not supported; allowed: {', '.join(TOKENIZERS)}"
+            )
+        if self.val_orders < 0:
+            raise ConfigError(f"aogpt.val_orders={self.val_orders} must be >= 0")
+
+
+@dataclass
+class EMA:
+    enable: bool = True
+    """Keep an exponential moving average of the weights (saved in checkpoints as `ema.<param>`)."""
+
+    decay: float = 0.9999
+    """EMA decay (paper: 0.9999)."""
+
+    warmup: bool = True
+    """Use min(decay, (1+k)/(10+k)) at update k, as torch_ema and the authors do."""
+
+    validate: bool = True
+    """Also report validation losses of the EMA weights."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.decay < 1.0:
+            raise ConfigError(f"ema.decay={self.decay} is outside the allowed range [0, 1)")
+
+
+@dataclass
+class JobConfig:
+    aogpt: AOGPT = field(default_factory=AOGPT)
+    ema: EMA = field(default_factory=EMA)

@@ -1,0 +1,97 @@
+"""Model hyper-parameters of AO-GPT (torchtitan's `BaseModelArgs` contract, without importing it).
+
+The sampler and evaluator import this file without torchtitan, so it only duck-types
+torchtitan's interface: `update_from_config(job_config)` and `get_nparams_and_flops(model, seq_len)`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch.nn as nn
+
+CONDITIONINGS = ("adaln", "concat", "none")
+
+
+class ConfigError(ValueError):
+    """A bad configuration value; the message is one line naming the key, the value and what is allowed."""
+
+
+@dataclass
+class AOGPTModelArgs:
+    dim: int = 768
+    n_layers: int = 12
+    n_heads: int = 12
+    vocab_size: int = 50257  # real tokenizer vocabulary (GPT-2)
+    vocab_multiple: int = 64  # the embedding / head are padded to a multiple of this
+    max_seq_len: int = 1024  # n: number of token positions the model has embeddings for
+    mlp_ratio: int = 4
+    conditioning: str = "adaln"  # adaln (AO-GPT) | concat (sigma-GPT target PE) | none (plain AR GPT)
+    target_pe_dim: int = 128  # width of the target-position table feeding adaLN
+    norm_eps: float = 1e-5
+    bias: bool = True
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        if self.conditioning not in CONDITIONINGS:
+            raise ConfigError(
+                f"aogpt.conditioning={self.conditioning!r} is not supported; "
+                f"allowed: {', '.join(CONDITIONINGS)}"
+            )
+        if self.dim % self.n_heads != 0:
+            raise ConfigError(f"dim={self.dim} must be divisible by n_heads={self.n_heads}")
+        for key in ("dim", "n_layers", "n_heads", "vocab_size", "max_seq_len", "target_pe_dim"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"model.{key}={getattr(self, key)} must be >= 1")
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_heads
+
+    @property
+    def padded_vocab_size(self) -> int:
+        m = self.vocab_multiple
+        return (self.vocab_size + m - 1) // m * m
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> AOGPTModelArgs:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ConfigError(f"unknown model args {sorted(unknown)}; allowed: {sorted(known)}")
+        return cls(**d)
+
+    # ---- torchtitan BaseModelArgs contract -------------------------------------------------
+    def update_from_config(self, job_config, **kwargs) -> None:
+        """Copy the AO options of the `[aogpt]` TOML section in and check `training.seq_len`."""
+        ao = getattr(job_config, "aogpt", None)
+        if ao is not None:
+            self.conditioning = ao.conditioning
+            self.target_pe_dim = ao.target_pe_dim
+        self.validate()
+        seq_len = job_config.training.seq_len
+        if seq_len > self.max_seq_len or seq_len < 1:
+            raise ConfigError(
+                f"training.seq_len={seq_len} is outside this flavor's positions; "
+                f"allowed: 1..{self.max_seq_len} (model.flavor={job_config.model.flavor!r})"
+            )
+
+    def get_nparams_and_flops(self, model: nn.Module, seq_len: int) -> tuple[int, int]:
+        """Total parameters and training FLOPs per token (forward + backward).
+
+        6 FLOPs per matmul weight per token (every nn.Linear: attention, MLP, the per-block adaLN
+        projections and the LM head) plus attention scores/values, 12 * layers * dim * seq_len,
+        counted densely as torchtitan does for causal attention. Embedding lookups cost nothing.
+        """
+        nparams = sum(p.numel() for p in model.parameters())
+        matmul_params = sum(
+            m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear)
+        )
+        flops = 6 * matmul_params + 12 * self.n_layers * self.dim * seq_len
+        return nparams, flops

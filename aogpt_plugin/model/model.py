@@ -1,0 +1,189 @@
+"""The AO-GPT decoder: a GPT whose slot j is told, through adaLN, which position it must predict.
+
+Training reads a sequence x in a permutation sigma. With n tokens the decoder sees n slots:
+
+    slot 0      : [None] start embedding            + input-position row 0
+    slot j >= 1 : token x[sigma(j-1)]               + input-position row sigma(j-1)+1
+
+and slot j predicts x[sigma(j)], conditioned on target position sigma(j). (The authors feed n+1
+slots and drop the last one's output; under causal attention the last slot cannot influence the
+others, so n slots give identical logits for less work.)
+
+`conditioning` selects how the target position enters:
+  adaln  - a 128-d target table -> SiLU -> per-block Linear(128, 6d) shift/scale/gate (AO-GPT)
+  concat - a d-wide target table added to the input embedding (sigma-GPT style baseline)
+  none   - no target information: with the identity order this is a plain causal GPT
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .args import AOGPTModelArgs
+
+# attend(q, k, v) -> y, all (batch, heads, slots, head_dim); the default is causal SDPA.
+AttendFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def causal_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return x * (1 + scale) + shift
+
+
+class Attention(nn.Module):
+    def __init__(self, args: AOGPTModelArgs):
+        super().__init__()
+        self.n_heads = args.n_heads
+        self.head_dim = args.head_dim
+        self.wqkv = nn.Linear(args.dim, 3 * args.dim, bias=args.bias)
+        self.wo = nn.Linear(args.dim, args.dim, bias=args.bias)
+        self.q_norm = nn.RMSNorm(args.head_dim, eps=args.norm_eps)
+        self.k_norm = nn.RMSNorm(args.head_dim, eps=args.norm_eps)
+
+    def forward(self, x: torch.Tensor, attend: AttendFn | None = None) -> torch.Tensor:
+        bsz, slots, dim = x.shape
+        qkv = self.wqkv(x).view(bsz, slots, 3, self.n_heads, self.head_dim)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, H, S, Dh)
+        q, k = self.q_norm(q), self.k_norm(k)
+        y = (attend or causal_attend)(q, k, v)
+        return self.wo(y.transpose(1, 2).reshape(bsz, slots, dim))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, args: AOGPTModelArgs):
+        super().__init__()
+        hidden = args.mlp_ratio * args.dim
+        self.w1 = nn.Linear(args.dim, hidden, bias=args.bias)
+        self.w2 = nn.Linear(hidden, args.dim, bias=args.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(F.gelu(self.w1(x)))
+
+
+class TransformerBlock(nn.Module):
+    """Pre-norm block; with adaLN the two norms are modulated and both branches gated per slot."""
+
+    def __init__(self, args: AOGPTModelArgs):
+        super().__init__()
+        self.attention_norm = nn.RMSNorm(args.dim, eps=args.norm_eps)
+        self.attention = Attention(args)
+        self.ffn_norm = nn.RMSNorm(args.dim, eps=args.norm_eps)
+        self.feed_forward = FeedForward(args)
+        self.adaln = (
+            nn.Linear(args.target_pe_dim, 6 * args.dim, bias=True)
+            if args.conditioning == "adaln"
+            else None
+        )
+
+    def forward(
+        self, x: torch.Tensor, cond: torch.Tensor | None = None, attend: AttendFn | None = None
+    ) -> torch.Tensor:
+        if self.adaln is None:
+            x = x + self.attention(self.attention_norm(x), attend)
+            return x + self.feed_forward(self.ffn_norm(x))
+        shift_a, scale_a, gate_a, shift_f, scale_f, gate_f = self.adaln(cond).chunk(6, dim=-1)
+        x = x + gate_a * self.attention(modulate(self.attention_norm(x), shift_a, scale_a), attend)
+        return x + gate_f * self.feed_forward(modulate(self.ffn_norm(x), shift_f, scale_f))
+
+
+class AOGPT(nn.Module):
+    """Decoder-only any-order LM. `forward(tokens, order)` returns logits for x[order[:, j]] at slot j."""
+
+    def __init__(self, model_args: AOGPTModelArgs):
+        super().__init__()
+        args = self.model_args = model_args
+        self.tok_embeddings = nn.Embedding(args.padded_vocab_size, args.dim)
+        # input positions: row 0 belongs to the [None] slot, row p+1 to a token from position p
+        self.pos_embeddings = nn.Embedding(args.max_seq_len + 1, args.dim)
+        self.none_embedding = nn.Parameter(torch.empty(1, args.dim))  # 2-D like the authors' wnonee
+        if args.conditioning == "adaln":
+            self.target_embeddings = nn.Embedding(args.max_seq_len, args.target_pe_dim)
+        elif args.conditioning == "concat":
+            self.target_embeddings = nn.Embedding(args.max_seq_len, args.dim)
+        else:
+            self.target_embeddings = None
+        self.layers = nn.ModuleDict({str(i): TransformerBlock(args) for i in range(args.n_layers)})
+        self.norm = nn.RMSNorm(args.dim, eps=args.norm_eps)
+        self.final_adaln = (
+            nn.Linear(args.target_pe_dim, 2 * args.dim, bias=True)
+            if args.conditioning == "adaln"
+            else None
+        )
+        self.output = nn.Linear(args.dim, args.padded_vocab_size, bias=True)
+
+    # ---- initialisation (works from the meta device after `to_empty`) ---------------------
+    def init_weights(self, buffer_device: torch.device | None = None) -> None:
+        """Truncated normal (std 0.02, cut at 3 std) everywhere, residual outputs scaled by
+        1/sqrt(2L), biases zero, norms one -- the authors' init (adaLN is not zero-initialised)."""
+        std = 0.02
+        out_std = std / math.sqrt(2 * self.model_args.n_layers)
+        for name, module in self.named_modules():
+            if isinstance(module, nn.Linear):
+                s = out_std if name.endswith(("attention.wo", "feed_forward.w2")) else std
+                nn.init.trunc_normal_(module.weight, std=s, a=-3 * s, b=3 * s)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                nn.init.trunc_normal_(module.weight, std=std, a=-3 * std, b=3 * std)
+            elif isinstance(module, nn.RMSNorm):
+                module.reset_parameters()
+        nn.init.trunc_normal_(self.none_embedding, std=std, a=-3 * std, b=3 * std)
+
+    # ---- pieces shared with the sampler ---------------------------------------------------
+    def embed_tokens(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Input embedding of real tokens sitting at original positions `positions`."""
+        return self.tok_embeddings(tokens) + self.pos_embeddings(positions + 1)
+
+    def start_embedding(self) -> torch.Tensor:
+        """The [None] slot's input, shape (dim,)."""
+        return self.none_embedding[0] + self.pos_embeddings.weight[0]
+
+    def condition(self, targets: torch.Tensor) -> torch.Tensor | None:
+        """Per-slot conditioning vector for adaLN (SiLU of the target row), else None."""
+        if self.model_args.conditioning != "adaln":
+            return None
+        return F.silu(self.target_embeddings(targets))
+
+    def input_shift(self, targets: torch.Tensor) -> torch.Tensor | float:
+        """What `concat` conditioning adds to the slot inputs (0 otherwise)."""
+        if self.model_args.conditioning != "concat":
+            return 0.0
+        return self.target_embeddings(targets)
+
+    def head(self, h: torch.Tensor, cond: torch.Tensor | None) -> torch.Tensor:
+        h = self.norm(h)
+        if self.final_adaln is not None:
+            shift, scale = self.final_adaln(cond).chunk(2, dim=-1)
+            h = modulate(h, shift, scale)
+        return self.output(h)
+
+    # ---- training / scoring forward -------------------------------------------------------
+    def forward(self, tokens: torch.Tensor, order: torch.Tensor | None = None) -> torch.Tensor:
+        """tokens: (B, n) in original order; order: (B, n) permutation (None = left to right).
+
+        Returns logits (B, n, padded_vocab) where slot j scores x[order[:, j]].
+        """
+        bsz, n = tokens.shape
+        if order is None:
+            order = torch.arange(n, device=tokens.device).expand(bsz, n)
+        read = torch.gather(tokens, 1, order[:, :-1])  # tokens fed to slots 1..n-1
+        h = torch.cat(
+            [
+                self.start_embedding().expand(bsz, 1, -1),
+                self.embed_tokens(read, order[:, :-1]),
+            ],
+            dim=1,
+        )
+        h = h + self.input_shift(order)
+        cond = self.condition(order)
+        for layer in self.layers.values():
+            h = layer(h, cond)
+        return self.head(h, cond)

@@ -1,0 +1,141 @@
+"""In-training validation: left-to-right and any-order loss, raw and EMA weights, fixed data.
+
+torchtitan's stock validator scores whatever the next validation batches are, with whatever the
+training loss does; for an any-order model that is too noisy to compare checkpoints (torchtitan
+#1210). This one tokenizes a fixed set of windows once, draws `aogpt.val_orders` random orders per
+window from a fixed seed, and every validation scores exactly those (window, order) pairs plus the
+identity order. Numbers are NLL in nats/token over the real vocabulary (eval/likelihood.py shares
+the scoring), logged to the console and TensorBoard as
+
+    validation_metrics/loss_l2r, validation_metrics/loss_ao            (raw weights)
+    validation_metrics/loss_l2r_ema, validation_metrics/loss_ao_ema    (EMA weights)
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torchtitan.components.validate import BaseValidator
+from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataset
+from torchtitan.tools import utils
+from torchtitan.tools.logging import logger
+
+from .data.orders import generator_for
+from .eval.likelihood import nll_sum_and_count
+from .model.args import ConfigError
+
+
+class AOValidator(BaseValidator):
+    def __init__(
+        self,
+        job_config,
+        dp_world_size,
+        dp_rank,
+        tokenizer,
+        parallel_dims,
+        loss_fn,
+        validation_context,
+        maybe_enable_amp,
+        metrics_processor,
+        **unused,
+    ):
+        super().__init__(job_config)
+        self.parallel_dims = parallel_dims
+        self.validation_context = validation_context
+        self.maybe_enable_amp = maybe_enable_amp
+        self.metrics_processor = metrics_processor
+        val = job_config.validation
+        ao = job_config.aogpt
+        if val.steps < 1:
+            raise ConfigError(
+                f"validation.steps={val.steps} must be >= 1 for aogpt (a fixed number of batches is scored)"
+            )
+        windows = self._fixed_windows(job_config, tokenizer, dp_rank, dp_world_size)
+        self.batches = []
+        for b in range(0, len(windows), val.local_batch_size):
+            x = torch.stack(windows[b : b + val.local_batch_size])
+            orders = [
+                torch.stack(
+                    [
+                        torch.randperm(x.shape[1], generator=generator_for(ao.val_order_seed, dp_rank, b + i, k))
+                        for i in range(x.shape[0])
+                    ]
+                )
+                for k in range(ao.val_orders)
+            ]
+            self.batches.append((x, orders))
+        self.use_ema = job_config.ema.enable and job_config.ema.validate
+        logger.info(
+            f"aogpt validation: {len(windows)} fixed windows of {val.seq_len} tokens per rank, "
+            f"{ao.val_orders} fixed random orders each + left-to-right"
+        )
+
+    @staticmethod
+    def _fixed_windows(job_config, tokenizer, dp_rank, dp_world_size) -> list[torch.Tensor]:
+        val = job_config.validation
+        wanted = val.steps * val.local_batch_size
+        ds = HuggingFaceTextDataset(
+            dataset_name=val.dataset,
+            dataset_path=val.dataset_path,
+            tokenizer=tokenizer,
+            seq_len=val.seq_len,
+            dp_rank=dp_rank,
+            dp_world_size=dp_world_size,
+            infinite=False,
+        )
+        windows = []
+        for input_dict, _ in ds:
+            windows.append(input_dict["input"])
+            if len(windows) == wanted:
+                break
+        if len(windows) < wanted:
+            raise ConfigError(
+                f"validation.steps={val.steps} x validation.local_batch_size={val.local_batch_size} "
+                f"needs {wanted} windows of {val.seq_len} tokens per rank, but the validation data "
+                f"({val.dataset}, {val.dataset_path}) has only {len(windows)}"
+            )
+        return windows
+
+    def _losses(self, model) -> dict[str, float]:
+        device = utils.device_type
+        totals = torch.zeros(4, dtype=torch.float64, device=device)  # l2r sum, l2r n, ao sum, ao n
+        for x, orders in self.batches:
+            x = x.to(device)
+            with self.validation_context(), self.maybe_enable_amp:
+                s, n = nll_sum_and_count(model, x, None)
+                totals[0] += s
+                totals[1] += n
+                for order in orders:
+                    s, n = nll_sum_and_count(model, x, order.to(device))
+                    totals[2] += s
+                    totals[3] += n
+        if dist.is_initialized() and self.parallel_dims.dp_enabled:
+            dist.all_reduce(totals)
+        t = totals.tolist()
+        out = {"l2r": t[0] / t[1]}
+        if t[3] > 0:
+            out["ao"] = t[2] / t[3]
+        return out
+
+    @torch.no_grad()
+    def validate(self, model_parts, step: int) -> None:
+        model = model_parts[0]
+        model.eval()
+        metrics = {f"validation_metrics/loss_{k}": v for k, v in self._losses(model).items()}
+        ema = getattr(model, "ema", None)
+        if self.use_ema and ema is not None:
+            with ema.swapped():
+                for k, v in self._losses(model).items():
+                    metrics[f"validation_metrics/loss_{k}_ema"] = v
+        model.train()
+        headline = metrics.get("validation_metrics/loss_ao", metrics["validation_metrics/loss_l2r"])
+        self.metrics_processor.log_validation(loss=headline, step=step, extra_metrics=metrics)
+        logger.info(
+            "aogpt validation step %d: %s",
+            step,
+            "  ".join(f"{k.split('/')[-1]}={v:.4f}" for k, v in metrics.items()),
+        )
+
+
+def build_ao_validator(**kwargs) -> AOValidator:
+    return AOValidator(**kwargs)
