@@ -5,12 +5,12 @@ the section is built, i.e. while torchtitan parses the TOML and the CLI, before 
 exists; a bad value raises ConfigError with one line naming key, value and what is allowed.
 """
 
-
 from dataclasses import dataclass, field
 
 from .data.orders import parse_order_kind
 from .data.tokenizer import TOKENIZERS
-from .model.args import CONDITIONINGS, ConfigError
+from .errors import ConfigError
+from .model.args import CONDITIONINGS
 
 
 @dataclass
@@ -45,8 +45,7 @@ class AOGPT:
     def __post_init__(self) -> None:
         if self.conditioning not in CONDITIONINGS:
             raise ConfigError(
-                f"aogpt.conditioning={self.conditioning!r} is not supported; "
-                f"allowed: {', '.join(CONDITIONINGS)}"
+                f"aogpt.conditioning={self.conditioning!r} is not supported; allowed: {', '.join(CONDITIONINGS)}"
             )
         parse_order_kind(self.order)
         if not 0.0 <= self.p_l2r <= 1.0:
@@ -54,9 +53,7 @@ class AOGPT:
         if self.target_pe_dim < 1:
             raise ConfigError(f"aogpt.target_pe_dim={self.target_pe_dim} must be >= 1")
         if self.tokenizer not in TOKENIZERS:
-            raise ConfigError(
-                f"aogpt.tokenizer={self.tokenizer!r} is not supported; allowed: {', '.join(TOKENIZERS)}"
-            )
+            raise ConfigError(f"aogpt.tokenizer={self.tokenizer!r} is not supported; allowed: {', '.join(TOKENIZERS)}")
         if self.val_orders < 0:
             raise ConfigError(f"aogpt.val_orders={self.val_orders} must be >= 0")
 

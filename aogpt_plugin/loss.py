@@ -15,9 +15,7 @@ IGNORE_INDEX = -100
 
 def ao_cross_entropy(pred: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Summed CE over the padded vocabulary, as the authors train."""
-    return F.cross_entropy(
-        pred.flatten(0, 1).float(), labels.flatten(0, 1), reduction="sum", ignore_index=IGNORE_INDEX
-    )
+    return F.cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1), reduction="sum", ignore_index=IGNORE_INDEX)
 
 
 def token_nll(logits: torch.Tensor, labels: torch.Tensor, vocab_size: int) -> torch.Tensor:

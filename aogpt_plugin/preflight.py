@@ -5,10 +5,10 @@ Every failure is a ConfigError with one line: the key, the bad value, and what i
 
 from __future__ import annotations
 
-from .data.tokenizer import TiktokenTokenizer
 from .data.text_files import list_text_files
+from .data.tokenizer import TiktokenTokenizer
+from .errors import ConfigError
 from .model import FLAVORS
-from .model.args import ConfigError
 
 CUSTOM_CONFIG_MODULE = "aogpt_plugin.job_config"
 

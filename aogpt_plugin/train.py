@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 
 from .cpu_support import enable_torchtitan_on_cpu, has_accelerator
-from .model.args import ConfigError
+from .errors import ConfigError
 
 
 def main() -> int:

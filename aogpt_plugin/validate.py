@@ -21,8 +21,8 @@ from torchtitan.tools import utils
 from torchtitan.tools.logging import logger
 
 from .data.orders import generator_for
+from .errors import ConfigError
 from .eval.likelihood import nll_sum_and_count
-from .model.args import ConfigError
 
 
 class AOValidator(BaseValidator):

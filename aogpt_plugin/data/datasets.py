@@ -34,9 +34,5 @@ def register_datasets() -> None:
     from torchtitan.hf_datasets import DatasetConfig
     from torchtitan.hf_datasets.text_datasets import DATASETS
 
-    DATASETS.setdefault(
-        "openwebtext", DatasetConfig(path=OPENWEBTEXT, loader=load_openwebtext, sample_processor=_text)
-    )
-    DATASETS.setdefault(
-        "local", DatasetConfig(path="", loader=load_local_text, sample_processor=_text)
-    )
+    DATASETS.setdefault("openwebtext", DatasetConfig(path=OPENWEBTEXT, loader=load_openwebtext, sample_processor=_text))
+    DATASETS.setdefault("local", DatasetConfig(path="", loader=load_local_text, sample_processor=_text))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ..model.args import ConfigError
+from ..errors import ConfigError
 
 ORDER_KINDS = ("mixture", "uniform", "l2r", "fixed_random", "blockwise:K")
 _MASK64 = (1 << 64) - 1
@@ -41,9 +41,7 @@ def parse_order_kind(spec: str) -> tuple[str, int]:
     kind, _, arg = spec.partition(":")
     if kind == "blockwise":
         if not arg.isdigit() or int(arg) < 1:
-            raise ConfigError(
-                f"aogpt.order={spec!r}: blockwise needs a positive block size, e.g. 'blockwise:4'"
-            )
+            raise ConfigError(f"aogpt.order={spec!r}: blockwise needs a positive block size, e.g. 'blockwise:4'")
         return kind, int(arg)
     if kind not in ORDER_KINDS or arg:
         raise ConfigError(f"aogpt.order={spec!r} is not supported; allowed: {', '.join(ORDER_KINDS)}")

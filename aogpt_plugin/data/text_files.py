@@ -10,7 +10,7 @@ import json
 import os
 from collections.abc import Iterator
 
-from ..model.args import ConfigError
+from ..errors import ConfigError
 
 TEXT_SUFFIXES = (".jsonl", ".json", ".txt")
 
@@ -23,16 +23,11 @@ def list_text_files(path: str, key: str = "training.dataset_path") -> list[str]:
         files = [path]
     else:
         files = sorted(
-            os.path.join(root, f)
-            for root, _, names in os.walk(path)
-            for f in names
-            if f.endswith(TEXT_SUFFIXES)
+            os.path.join(root, f) for root, _, names in os.walk(path) for f in names if f.endswith(TEXT_SUFFIXES)
         )
     bad = [f for f in files if not f.endswith(TEXT_SUFFIXES)]
     if not files or bad:
-        raise ConfigError(
-            f"{key}={path!r} holds no usable text files (allowed suffixes: {', '.join(TEXT_SUFFIXES)})"
-        )
+        raise ConfigError(f"{key}={path!r} holds no usable text files (allowed suffixes: {', '.join(TEXT_SUFFIXES)})")
     if len({os.path.splitext(f)[1] == ".txt" for f in files}) > 1:
         raise ConfigError(f"{key}={path!r} mixes .txt and .jsonl files; use one kind per dataset")
     return files

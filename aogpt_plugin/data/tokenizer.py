@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from ..model.args import ConfigError
+from ..errors import ConfigError
 
 TOKENIZERS = ("gpt2",)
 

@@ -20,7 +20,7 @@ from torchtitan.models.llama3.infra.parallelize import (
 )
 from torchtitan.tools.logging import logger
 
-from ..model.args import ConfigError
+from ..errors import ConfigError
 
 
 def use_sum_reduction_on_gloo(model: nn.Module) -> None:

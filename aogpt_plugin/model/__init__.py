@@ -1,6 +1,7 @@
 """AO-GPT model: args, flavors and the decoder (pure PyTorch, no torchtitan import)."""
 
-from .args import CONDITIONINGS, AOGPTModelArgs, ConfigError
+from ..errors import ConfigError
+from .args import CONDITIONINGS, AOGPTModelArgs
 from .flavors import FLAVORS
 from .model import AOGPT
 

@@ -11,11 +11,9 @@ from dataclasses import dataclass
 
 import torch.nn as nn
 
+from ..errors import ConfigError
+
 CONDITIONINGS = ("adaln", "concat", "none")
-
-
-class ConfigError(ValueError):
-    """A bad configuration value; the message is one line naming the key, the value and what is allowed."""
 
 
 @dataclass
@@ -38,8 +36,7 @@ class AOGPTModelArgs:
     def validate(self) -> None:
         if self.conditioning not in CONDITIONINGS:
             raise ConfigError(
-                f"aogpt.conditioning={self.conditioning!r} is not supported; "
-                f"allowed: {', '.join(CONDITIONINGS)}"
+                f"aogpt.conditioning={self.conditioning!r} is not supported; allowed: {', '.join(CONDITIONINGS)}"
             )
         if self.dim % self.n_heads != 0:
             raise ConfigError(f"dim={self.dim} must be divisible by n_heads={self.n_heads}")
@@ -90,8 +87,6 @@ class AOGPTModelArgs:
         counted densely as torchtitan does for causal attention. Embedding lookups cost nothing.
         """
         nparams = sum(p.numel() for p in model.parameters())
-        matmul_params = sum(
-            m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear)
-        )
+        matmul_params = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
         flops = 6 * matmul_params + 12 * self.n_layers * self.dim * seq_len
         return nparams, flops

@@ -68,5 +68,3 @@ def from_authors_names(state_dict: dict[str, Any]) -> dict[str, Any]:
             raise KeyError(f"unknown AO-GPT checkpoint key {k!r}")
         out[new] = v
     return out
-
-

@@ -77,11 +77,7 @@ class TransformerBlock(nn.Module):
         self.attention = Attention(args)
         self.ffn_norm = nn.RMSNorm(args.dim, eps=args.norm_eps)
         self.feed_forward = FeedForward(args)
-        self.adaln = (
-            nn.Linear(args.target_pe_dim, 6 * args.dim, bias=True)
-            if args.conditioning == "adaln"
-            else None
-        )
+        self.adaln = nn.Linear(args.target_pe_dim, 6 * args.dim, bias=True) if args.conditioning == "adaln" else None
 
     def forward(
         self, x: torch.Tensor, cond: torch.Tensor | None = None, attend: AttendFn | None = None
@@ -113,9 +109,7 @@ class AOGPT(nn.Module):
         self.layers = nn.ModuleDict({str(i): TransformerBlock(args) for i in range(args.n_layers)})
         self.norm = nn.RMSNorm(args.dim, eps=args.norm_eps)
         self.final_adaln = (
-            nn.Linear(args.target_pe_dim, 2 * args.dim, bias=True)
-            if args.conditioning == "adaln"
-            else None
+            nn.Linear(args.target_pe_dim, 2 * args.dim, bias=True) if args.conditioning == "adaln" else None
         )
         self.output = nn.Linear(args.dim, args.padded_vocab_size, bias=True)
 

@@ -1,0 +1,12 @@
+"""Errors meant for the user: one line that names the bad value and what is allowed.
+
+CLIs print `error: <message>` and exit with status 2 for these, without a traceback.
+"""
+
+
+class UserError(ValueError):
+    """Bad input (argument, file, checkpoint, data) detected before expensive work."""
+
+
+class ConfigError(UserError):
+    """A bad configuration value (TOML key, CLI override, model argument)."""
