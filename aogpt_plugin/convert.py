@@ -1,0 +1,211 @@
+"""`aogpt convert CHECKPOINT_DIR OUT_DIR`: a torchtitan DCP checkpoint -> model.safetensors + config.json.
+
+Reads the checkpoint without torchtitan and without a process group (DCP `no_dist` load, which
+reassembles shards written by any world size). The model args are read off the tensor shapes, so
+any aogpt checkpoint converts without its TOML. OUT_DIR is written to a temporary sibling first
+and renamed into place, so a failed conversion never leaves a half-written OUT_DIR and `--force`
+replaces an old one only once the new one is complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import warnings
+
+import torch
+
+from .errors import UserError
+from .model.args import AOGPTModelArgs
+
+FORMAT = "aogpt-converted"
+FORMAT_VERSION = 1
+WEIGHTS = ("ema", "raw")
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+def _metadata(step_dir: str):
+    from torch.distributed.checkpoint import FileSystemReader
+
+    if not os.path.isfile(os.path.join(step_dir, ".metadata")):
+        raise UserError(f"{step_dir!r} is not a complete DCP checkpoint: it has no .metadata (partial or failed save)")
+    try:
+        md = FileSystemReader(step_dir).read_metadata()
+    except Exception as e:
+        raise UserError(f"{step_dir!r}: unreadable .metadata ({type(e).__name__})") from None
+    needed: dict[str, int] = {}
+    for info in md.storage_data.values():
+        end = info.offset + info.length
+        needed[info.relative_path] = max(needed.get(info.relative_path, 0), end)
+    for rel, end in sorted(needed.items()):
+        path = os.path.join(step_dir, rel)
+        if not os.path.isfile(path) or os.path.getsize(path) < end:
+            raise UserError(f"{step_dir!r} is an incomplete checkpoint: data file {rel!r} is missing or truncated")
+    return md
+
+
+def resolve_step_dir(checkpoint_dir: str, step: int | None) -> tuple[str, int | None]:
+    """CHECKPOINT_DIR may be one `step-N` folder or the folder holding them (newest complete one wins)."""
+    if not os.path.isdir(checkpoint_dir):
+        raise UserError(f"checkpoint directory {checkpoint_dir!r} does not exist")
+    m = _STEP_DIR.match(os.path.basename(os.path.normpath(checkpoint_dir)))
+    if m:
+        if step is not None and int(m.group(1)) != step:
+            raise UserError(f"--step {step} disagrees with {checkpoint_dir!r}; give the parent folder or drop --step")
+        return checkpoint_dir, int(m.group(1))
+    if os.path.isfile(os.path.join(checkpoint_dir, ".metadata")):
+        return checkpoint_dir, step
+    steps = sorted(int(mm.group(1)) for d in os.listdir(checkpoint_dir) if (mm := _STEP_DIR.match(d)))
+    if not steps:
+        raise UserError(f"{checkpoint_dir!r} holds neither a DCP checkpoint (.metadata) nor step-N folders")
+    if step is not None:
+        if step not in steps:
+            raise UserError(f"--step {step} not found in {checkpoint_dir!r}; available: {steps}")
+        return os.path.join(checkpoint_dir, f"step-{step}"), step
+    complete = [s for s in steps if os.path.isfile(os.path.join(checkpoint_dir, f"step-{s}", ".metadata"))]
+    if not complete:
+        raise UserError(f"{checkpoint_dir!r} has step folders {steps} but none is complete (no .metadata)")
+    return os.path.join(checkpoint_dir, f"step-{complete[-1]}"), complete[-1]
+
+
+def infer_model_args(shapes: dict[str, torch.Size], vocab_size: int) -> AOGPTModelArgs:
+    """Model hyper-parameters from parameter shapes (n_heads from the per-head QK-norm width)."""
+    try:
+        padded, dim = shapes["tok_embeddings.weight"]
+        max_seq_len = shapes["pos_embeddings.weight"][0] - 1
+        head_dim = shapes["layers.0.attention.q_norm.weight"][0]
+        hidden = shapes["layers.0.feed_forward.w1.weight"][0]
+    except KeyError as e:
+        raise UserError(f"checkpoint has no aogpt parameter {e.args[0]!r}; is it an aogpt checkpoint?") from None
+    n_layers = len({k.split(".")[1] for k in shapes if k.startswith("layers.")})
+    if "layers.0.adaln.weight" in shapes:
+        conditioning, tpe = "adaln", shapes["target_embeddings.weight"][1]
+    elif "target_embeddings.weight" in shapes:
+        conditioning, tpe = "concat", 128
+    else:
+        conditioning, tpe = "none", 128
+    if vocab_size > padded:
+        raise UserError(f"tokenizer vocabulary {vocab_size} is larger than the checkpoint's embedding ({padded})")
+    multiple = 64 if (vocab_size + 63) // 64 * 64 == padded else padded
+    return AOGPTModelArgs(
+        dim=dim,
+        n_layers=n_layers,
+        n_heads=dim // head_dim,
+        vocab_size=vocab_size,
+        vocab_multiple=multiple,
+        max_seq_len=max_seq_len,
+        mlp_ratio=hidden // dim,
+        conditioning=conditioning,
+        target_pe_dim=tpe,
+        bias="layers.0.attention.wqkv.bias" in shapes,
+    )
+
+
+def read_checkpoint_weights(step_dir: str, weights: str) -> tuple[dict[str, torch.Tensor], dict]:
+    """The chosen weights (raw or EMA) under model parameter names, plus a little metadata."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    if weights not in WEIGHTS:
+        raise UserError(f"--weights {weights!r} is not allowed; allowed: {', '.join(WEIGHTS)}")
+    md = _metadata(step_dir)
+    tensors = {k: v for k, v in md.state_dict_metadata.items() if isinstance(v, TensorStorageMetadata)}
+    model_keys = [k for k in tensors if k.split(".")[0] in _MODEL_ROOTS]
+    if weights == "ema":
+        src = {k: "ema." + k for k in model_keys}
+        missing = [k for k, s in src.items() if s not in tensors]
+        if missing:
+            raise UserError(
+                f"{step_dir!r} holds no EMA weights (missing e.g. 'ema.{missing[0]}'); "
+                "the run had [ema] enable = false: use --weights raw"
+            )
+    else:
+        src = {k: k for k in model_keys}
+    state = {s: torch.empty(tensors[s].size, dtype=tensors[s].properties.dtype) for s in src.values()}
+    extra = {}
+    if "ema.num_updates" in tensors and weights == "ema":
+        state["ema.num_updates"] = torch.empty((), dtype=torch.int64)
+    if "train_state.step" in md.state_dict_metadata:
+        extra["train_state_present"] = True
+    with warnings.catch_warnings():  # "torch.distributed is disabled ... single process": intended
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.load(state, checkpoint_id=step_dir, no_dist=True)
+    out = {k: state[s].float().contiguous() for k, s in src.items()}
+    if "ema.num_updates" in state:
+        extra["ema_updates"] = int(state["ema.num_updates"])
+    return out, extra
+
+
+_MODEL_ROOTS = {
+    "tok_embeddings",
+    "pos_embeddings",
+    "none_embedding",
+    "target_embeddings",
+    "layers",
+    "norm",
+    "final_adaln",
+    "output",
+}
+
+
+def write_model_dir(out_dir: str, state: dict[str, torch.Tensor], config: dict) -> None:
+    """Atomically (re)place OUT_DIR with model.safetensors + config.json."""
+    from safetensors.torch import save_file
+
+    parent = os.path.dirname(os.path.abspath(out_dir)) or "."
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".aogpt-convert-", dir=parent)
+    try:
+        os.chmod(tmp, 0o755)
+        save_file({k: v.contiguous() for k, v in state.items()}, os.path.join(tmp, "model.safetensors"))
+        with open(os.path.join(tmp, "config.json"), "w") as f:
+            json.dump(config, f, indent=2)
+        for name in ("model.safetensors", "config.json"):
+            os.chmod(os.path.join(tmp, name), 0o644)
+        if os.path.exists(out_dir):
+            old = tmp + ".old"
+            os.rename(out_dir, old)
+            os.rename(tmp, out_dir)
+            shutil.rmtree(old)
+        else:
+            os.rename(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def convert(
+    checkpoint_dir: str,
+    out_dir: str,
+    weights: str = "ema",
+    step: int | None = None,
+    tokenizer: str = "gpt2",
+    force: bool = False,
+) -> dict:
+    """Write OUT_DIR/model.safetensors and OUT_DIR/config.json; returns the config written."""
+    from .data.tokenizer import TOKENIZERS, TiktokenTokenizer
+
+    if os.path.exists(out_dir) and not force:
+        raise UserError(f"output directory {out_dir!r} already exists; pass --force to replace it")
+    if tokenizer not in TOKENIZERS:
+        raise UserError(f"--tokenizer {tokenizer!r} is not supported; allowed: {', '.join(TOKENIZERS)}")
+    step_dir, step_found = resolve_step_dir(checkpoint_dir, step)
+    vocab = TiktokenTokenizer(tokenizer).get_vocab_size()
+    state, extra = read_checkpoint_weights(step_dir, weights)
+    args = infer_model_args({k: v.shape for k, v in state.items()}, vocab)
+    config = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "model_args": args.to_dict(),
+        "tokenizer": tokenizer,
+        "vocab_size": vocab,
+        "step": step_found,
+        "weights": weights,
+        "source": os.path.abspath(step_dir),
+        **extra,
+    }
+    write_model_dir(out_dir, state, config)
+    return config
