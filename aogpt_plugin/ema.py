@@ -36,6 +36,9 @@ class EMA(nn.Module):
         self.decay, self.warmup = decay, warmup
         self.register_buffer("num_updates", torch.zeros((), dtype=torch.int64))
         self._pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
+        # FSDP2 keeps some groups unsharded between no-grad forwards (e.g. the final norm + head):
+        # swapping must reshard them so the next forward all-gathers the swapped-in values.
+        self._fsdp_modules = [m for m in model.modules() if hasattr(m, "reshard") and hasattr(m, "unshard")]
         for name, p in model.named_parameters():
             if not p.requires_grad:
                 continue
@@ -67,10 +70,15 @@ class EMA(nn.Module):
         params = [_local(p).float() for p, _ in self._pairs]
         torch._foreach_lerp_(shadows, params, weight)
 
+    def _reshard(self) -> None:
+        for module in self._fsdp_modules:
+            module.reshard()
+
     @contextlib.contextmanager
     def swapped(self):
         """Temporarily load the shadows into the parameters (restores the raw weights after)."""
         saved = []
+        self._reshard()
         with torch.no_grad():
             for p, s in self._pairs:
                 lp = _local(p)
@@ -82,6 +90,7 @@ class EMA(nn.Module):
             with torch.no_grad():
                 for (p, _), raw in zip(self._pairs, saved, strict=True):
                     _local(p).copy_(raw)
+            self._reshard()
 
 
 def attach_ema(model: nn.Module, decay: float, warmup: bool = True) -> EMA:

@@ -4,7 +4,7 @@ CLIs print `error: <message>` and exit with status 2 for these, without a traceb
 """
 
 
-class UserError(ValueError):
+class UserError(Exception):
     """Bad input (argument, file, checkpoint, data) detected before expensive work."""
 
 

@@ -21,8 +21,9 @@ def parse_job_config(argv: list[str]):
         return ConfigManager().parse_args(argv)
     except ConfigError:
         raise
-    except (ValueError, FileNotFoundError) as e:
-        raise ConfigError(str(e).strip().splitlines()[0]) from None
+    except (ValueError, FileNotFoundError, AssertionError) as e:  # torchtitan's own checks
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ConfigError(first) from None
 
 
 def _check_dataset(name: str, path: str | None, section: str) -> None:

@@ -26,6 +26,14 @@ def load_openwebtext(path: str):
     return load_dataset(path or OPENWEBTEXT, split="train", streaming=True)
 
 
+def load_wikitext103_validation(path: str):
+    """WikiText-103 raw validation split from the hub (the authors' in-training validation stream)."""
+    from datasets import load_dataset
+
+    ds = load_dataset(path or "Salesforce/wikitext", "wikitext-103-raw-v1", split="validation")
+    return ds.filter(lambda row: row["text"].strip() != "")  # blank lines would become lone EOS tokens
+
+
 def _text(sample: dict[str, Any]) -> str:
     return sample["text"]
 
@@ -36,3 +44,7 @@ def register_datasets() -> None:
 
     DATASETS.setdefault("openwebtext", DatasetConfig(path=OPENWEBTEXT, loader=load_openwebtext, sample_processor=_text))
     DATASETS.setdefault("local", DatasetConfig(path="", loader=load_local_text, sample_processor=_text))
+    DATASETS.setdefault(
+        "wikitext103_validation",
+        DatasetConfig(path="Salesforce/wikitext", loader=load_wikitext103_validation, sample_processor=_text),
+    )

@@ -20,3 +20,31 @@ def token_nlls(model, tokens: torch.Tensor, order: torch.Tensor | None) -> torch
 def nll_sum_and_count(model, tokens, order) -> tuple[torch.Tensor, int]:
     nll = token_nlls(model, tokens, order)
     return nll.double().sum(), nll.numel()
+
+
+def final_hidden(model, tokens: torch.Tensor, order: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`model.forward` without the head: (B, L, dim) states and the slots' conditioning, for an order
+    prefix `order` (B, L), L <= n. Slot j again holds x[order[j-1]] and targets order[j]; with causal
+    attention, slots beyond the one a caller reads cannot change it, so any prefix length works."""
+    bsz = tokens.shape[0]
+    h = torch.cat(
+        [
+            model.start_embedding().expand(bsz, 1, -1),
+            model.embed_tokens(order_labels(tokens, order[:, :-1]), order[:, :-1]),
+        ],
+        dim=1,
+    )
+    h = h + model.input_shift(order)
+    cond = model.condition(order)
+    for layer in model.layers.values():
+        h = layer(h, cond)
+    return h, cond
+
+
+def slot_nlls(model, tokens: torch.Tensor, order: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
+    """(B,) NLL of x[order[b, slot[b]]] read at slot `slot[b]` only: the head runs on one slot per row."""
+    h, cond = final_hidden(model, tokens, order)
+    rows = torch.arange(h.shape[0], device=h.device)
+    logits = model.head(h[rows, slot], None if cond is None else cond[rows, slot])
+    labels = tokens[rows, order[rows, slot]]
+    return token_nll(logits, labels, model.model_args.vocab_size)

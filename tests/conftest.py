@@ -1,0 +1,74 @@
+"""Shared test setup: offline tokenizer, data paths, tiny models, a torchrun helper."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("AOGPT_DATA_DIR", ROOT.parent / "shared" / "data"))
+os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(SHARED_DATA / "tiktoken_cache"))
+TRAIN_CORPUS = SHARED_DATA / "train_corpus"
+HELDOUT = TRAIN_CORPUS / "enwiki2015_heldout.jsonl"
+
+
+def tiny_model(conditioning: str = "adaln", seed: int = 0, **overrides):
+    """A small AO-GPT with deterministic random weights (CPU, float32)."""
+    from aogpt_plugin.model import AOGPT, AOGPTModelArgs
+
+    kw = dict(dim=32, n_layers=2, n_heads=4, vocab_size=61, max_seq_len=24, conditioning=conditioning)
+    kw.update(overrides)
+    args = AOGPTModelArgs(**kw)
+    with torch.device("meta"):
+        model = AOGPT(args)
+    model.to_empty(device="cpu")
+    torch.manual_seed(seed)
+    model.init_weights()
+    return model
+
+
+def run_torchrun(script_args: list[str], nproc: int = 1, timeout: int = 600, module: bool = True):
+    """Run `torchrun --nproc_per_node=nproc -m ...` (or a script) from the repo root; returns CompletedProcess."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc_per_node={nproc}",
+        "--master_port",
+        str(29500 + (os.getpid() % 1000)),
+    ]
+    cmd += (["-m"] if module else []) + script_args
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def debug_train_args(dump: Path, steps: int, **overrides) -> list[str]:
+    """aogpt_debug.toml shrunk for tests: seq 32, batch 4, checkpoints every `interval` steps."""
+    args = {
+        "job.config_file": "train_configs/aogpt_debug.toml",
+        "job.dump_folder": str(dump),
+        "training.steps": steps,
+        "training.seq_len": 32,
+        "training.local_batch_size": 4,
+        "validation.seq_len": 32,
+        "validation.local_batch_size": 4,
+        "validation.steps": 1,
+        "validation.freq": steps,
+        "checkpoint.interval": steps // 2,
+        "metrics.log_freq": 1,
+        "metrics.disable_color_printing": True,
+        "debug.seed": 7,
+        "lr_scheduler.warmup_steps": 2,
+    }
+    args.update(overrides)
+    out = []
+    for k, v in args.items():
+        if isinstance(v, bool):
+            out += [f"--{k}"] if v else []
+        else:
+            out += [f"--{k}", str(v)]
+    return out

@@ -1,0 +1,107 @@
+"""The decoder's equivalences: identity order without conditioning is a causal LM; the AO loss is a
+sum of one-slot-at-a-time conditionals; permuting the input and the order together changes nothing."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from conftest import tiny_model
+
+
+def plain_gpt_forward(model, tokens):
+    """A textbook pre-norm GPT written independently, reading the AO model's weights:
+    [BOS] + x[:-1], learned absolute positions, causal attention with QK-norm, GELU MLP."""
+    bsz, n = tokens.shape
+    bos = model.none_embedding[0] + model.pos_embeddings.weight[0]
+    x = model.tok_embeddings.weight[tokens[:, :-1]] + model.pos_embeddings.weight[1:n]
+    h = torch.cat([bos.expand(bsz, 1, -1), x], dim=1)
+    heads, hd = model.model_args.n_heads, model.model_args.head_dim
+    for block in model.layers.values():
+        a = block.attention
+        y = F.rms_norm(h, (h.shape[-1],), block.attention_norm.weight, 1e-5)
+        q, k, v = (y @ a.wqkv.weight.T + a.wqkv.bias).split(h.shape[-1], dim=-1)
+        q, k, v = (t.view(bsz, n, heads, hd).transpose(1, 2) for t in (q, k, v))
+        q = F.rms_norm(q, (hd,), a.q_norm.weight, 1e-5)
+        k = F.rms_norm(k, (hd,), a.k_norm.weight, 1e-5)
+        scores = (q @ k.transpose(-1, -2)) / hd**0.5
+        scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+        y = (scores.softmax(-1) @ v).transpose(1, 2).reshape(bsz, n, -1)
+        h = h + y @ a.wo.weight.T + a.wo.bias
+        f = block.feed_forward
+        y = F.rms_norm(h, (h.shape[-1],), block.ffn_norm.weight, 1e-5)
+        h = h + F.gelu(y @ f.w1.weight.T + f.w1.bias) @ f.w2.weight.T + f.w2.bias
+    h = F.rms_norm(h, (h.shape[-1],), model.norm.weight, 1e-5)
+    return h @ model.output.weight.T + model.output.bias
+
+
+def test_identity_order_without_conditioning_is_a_causal_lm():
+    model = tiny_model("none")
+    tokens = torch.randint(0, 61, (3, 20), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(model(tokens), plain_gpt_forward(model, tokens), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(model(tokens, order=torch.arange(20).expand(3, 20)), model(tokens))
+
+
+def test_ao_loss_is_the_sum_of_per_slot_conditionals_and_causal():
+    from aogpt_plugin.loss import ao_cross_entropy
+
+    model = tiny_model("adaln")
+    g = torch.Generator().manual_seed(2)
+    tokens = torch.randint(0, 61, (2, 12), generator=g)
+    order = torch.stack([torch.randperm(12, generator=g) for _ in range(2)])
+    with torch.no_grad():
+        loss = ao_cross_entropy(model(tokens, order=order), torch.gather(tokens, 1, order))
+        expected = torch.zeros(())
+        for b in range(2):
+            for j in range(12):
+                # slots after j must not matter: scramble them and check slot j is unchanged
+                scrambled = order[b].clone()
+                rest = scrambled[j + 1 :]
+                scrambled[j + 1 :] = rest[torch.randperm(len(rest), generator=g)]
+                tok2 = tokens[b].clone()
+                tok2[scrambled[j + 1 :]] = torch.randint(0, 61, (len(rest),), generator=g)
+                logits = model(tok2[None], order=scrambled[None])[0, j]
+                expected -= logits.log_softmax(-1)[tokens[b, order[b, j]]]
+        torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-4)
+
+
+def test_slot_j_depends_on_its_target_position_through_adaln():
+    model = tiny_model("adaln")
+    tokens = torch.randint(0, 61, (1, 10))
+    o1 = torch.arange(10)[None]
+    o2 = o1.clone()
+    o2[0, [5, 6]] = o2[0, [6, 5]]  # same context for slot 5, different target position
+    with torch.no_grad():
+        l1, l2 = model(tokens, order=o1), model(tokens, order=o2)
+    torch.testing.assert_close(l1[0, :5], l2[0, :5])
+    assert not torch.allclose(l1[0, 5], l2[0, 5])
+
+
+def test_concat_conditioning_adds_target_embedding_at_input():
+    model = tiny_model("concat")
+    tokens = torch.randint(0, 61, (2, 10))
+    order = torch.stack([torch.randperm(10) for _ in range(2)])
+    with torch.no_grad():
+        out = model(tokens, order=order)
+        model.target_embeddings.weight.zero_()
+        no_target = model(tokens, order=order)
+        none_model = tiny_model("none")
+        none_model.load_state_dict({k: v for k, v in model.state_dict().items() if "target" not in k})
+        torch.testing.assert_close(no_target, none_model(tokens, order=order))
+    assert not torch.allclose(out, no_target)
+
+
+def test_init_from_meta_device_is_deterministic_and_scaled():
+    a, b = tiny_model(seed=3), tiny_model(seed=3)
+    for (na, pa), (_, pb) in zip(a.named_parameters(), b.named_parameters(), strict=True):
+        assert torch.equal(pa, pb), na
+    w = a.layers["0"].attention.wo.weight
+    assert w.abs().max() <= 3 * 0.02 / (2 * 2) ** 0.5 + 1e-7  # truncated, residual-scaled
+    assert torch.all(a.layers["0"].attention.wqkv.bias == 0)
+    assert torch.all(a.norm.weight == 1)
+
+
+def test_padded_vocab_and_shapes():
+    model = tiny_model(vocab_size=61)
+    assert model.output.out_features == 64 and model.tok_embeddings.num_embeddings == 64
+    assert model.pos_embeddings.num_embeddings == model.model_args.max_seq_len + 1

@@ -1,0 +1,87 @@
+"""Every bad config value fails with one line naming key, value and what is allowed (in-process)."""
+
+from __future__ import annotations
+
+import glob
+
+import pytest
+
+from aogpt_plugin.cpu_support import enable_torchtitan_on_cpu
+from aogpt_plugin.errors import ConfigError
+
+enable_torchtitan_on_cpu()
+
+import aogpt_plugin  # noqa: E402
+from aogpt_plugin.preflight import check_job_config, parse_job_config  # noqa: E402
+
+aogpt_plugin.register()
+DEBUG = ["--job.config_file", "train_configs/aogpt_debug.toml"]
+
+
+@pytest.mark.parametrize("recipe", sorted(glob.glob("train_configs/*.toml")) + sorted(glob.glob("train_configs/study/*.toml")))
+def test_every_recipe_parses_with_torchtitans_config_manager(recipe):
+    config = parse_job_config(["--job.config_file", recipe])
+    assert config.model.name == "aogpt"
+    assert config.experimental.custom_import == "aogpt_plugin"
+    assert config.job.custom_config_module == "aogpt_plugin.job_config"
+    check_job_config(config)
+
+
+def test_gpu_recipes_resolve_aogpt_through_custom_import():
+    import torchtitan.protocols.train_spec as ts
+
+    config = parse_job_config(["--job.config_file", "train_configs/aogpt_medium.toml"])
+    spec = ts.get_train_spec(config.model.name)
+    assert spec.model_args["medium"].dim == 1024 and spec.model_args["medium"].n_layers == 24
+
+
+def test_debug_recipe_spells_out_every_aogpt_option():
+    import dataclasses
+
+    import tomllib
+
+    from aogpt_plugin.job_config import AOGPT, EMA
+
+    with open("train_configs/aogpt_debug.toml", "rb") as f:
+        toml = tomllib.load(f)
+    assert set(toml["aogpt"]) == {f.name for f in dataclasses.fields(AOGPT)}
+    assert set(toml["ema"]) == {f.name for f in dataclasses.fields(EMA)}
+
+
+def test_cli_overrides_reach_the_aogpt_sections():
+    config = parse_job_config(DEBUG + ["--aogpt.order", "blockwise:4", "--aogpt.p_l2r", "0.25", "--ema.decay", "0.5"])
+    assert (config.aogpt.order, config.aogpt.p_l2r, config.ema.decay) == ("blockwise:4", 0.25, 0.5)
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (["--aogpt.p_l2r", "1.5"], "aogpt.p_l2r=1.5 is outside the allowed range [0, 1]"),
+        (["--aogpt.p_l2r", "-0.1"], "aogpt.p_l2r=-0.1 is outside the allowed range [0, 1]"),
+        (["--aogpt.order", "zigzag"], "aogpt.order='zigzag' is not supported; allowed: mixture, uniform, l2r, fixed_random, blockwise:K"),
+        (["--aogpt.order", "blockwise:0"], "aogpt.order='blockwise:0': blockwise needs a positive block size"),
+        (["--model.flavor", "huge"], "model.flavor='huge' is not an aogpt flavor; allowed: debugmodel, tiny, mini, small, medium"),
+        (["--aogpt.conditioning", "film"], "aogpt.conditioning='film' is not supported; allowed: adaln, concat, none"),
+        (["--training.seq_len", "4096"], "training.seq_len=4096 exceeds the positions of model.flavor='debugmodel'; allowed: 1..256"),
+        (["--validation.seq_len", "300"], "validation.seq_len=300 exceeds the positions"),
+        (["--training.dataset_path", "/no/such/dir"], "training.dataset_path='/no/such/dir' does not exist"),
+        (["--training.dataset", "c4_nope"], "training.dataset='c4_nope' is not registered; allowed:"),
+        (["--validation.steps", "-1"], "validation.steps=-1 must be >= 1"),
+        (["--ema.decay", "1.0"], "ema.decay=1.0 is outside the allowed range [0, 1)"),
+        (["--aogpt.tokenizer", "cl100k"], "aogpt.tokenizer='cl100k' is not supported; allowed: gpt2"),
+        (["--aogpt.target_pe_dim", "0"], "aogpt.target_pe_dim=0 must be >= 1"),
+    ],
+)
+def test_bad_values_raise_one_line_config_errors(override, message):
+    with pytest.raises(ConfigError) as info:
+        check_job_config(parse_job_config(DEBUG + override))
+    text = str(info.value)
+    assert message in text and "\n" not in text
+
+
+def test_unknown_toml_key_is_one_line(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(open("train_configs/aogpt_debug.toml").read().replace("[aogpt]\n", "[aogpt]\nnot_a_key = 1\n"))
+    with pytest.raises(ConfigError) as info:
+        parse_job_config(["--job.config_file", str(bad)])
+    assert "not_a_key" in str(info.value) and "\n" not in str(info.value)
