@@ -12,7 +12,10 @@ import sys
 
 from .errors import UserError
 
-COMMAND_MODULES = ("aogpt_plugin.convert_cli",)
+COMMAND_MODULES = (
+    "aogpt_plugin.convert_cli",
+    "aogpt_plugin.eval.cli",
+)
 
 
 class OneLineParser(argparse.ArgumentParser):

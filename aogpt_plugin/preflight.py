@@ -5,6 +5,8 @@ Every failure is a ConfigError with one line: the key, the bad value, and what i
 
 from __future__ import annotations
 
+import os
+
 from .data.text_files import list_text_files
 from .data.tokenizer import TiktokenTokenizer
 from .errors import ConfigError
@@ -35,6 +37,22 @@ def _check_dataset(name: str, path: str | None, section: str) -> None:
         list_text_files(path or "", key=f"{section}.dataset_path")
 
 
+def _check_disjoint(job_config) -> None:
+    """Never train on the validation text (a folder path would silently include a held-out file)."""
+    train, val = job_config.training, job_config.validation
+    if train.dataset != "local" or val.dataset != "local":
+        return
+    trained = {os.path.realpath(f) for f in list_text_files(train.dataset_path, "training.dataset_path")}
+    shared = sorted(
+        f for f in list_text_files(val.dataset_path, "validation.dataset_path") if os.path.realpath(f) in trained
+    )
+    if shared:
+        raise ConfigError(
+            f"training.dataset_path={train.dataset_path!r} includes the validation file {shared[0]!r}; "
+            "allowed: disjoint files (use a glob such as 'corpus/*_train_*.jsonl')"
+        )
+
+
 def check_job_config(job_config) -> None:
     if job_config.model.name != "aogpt":
         return
@@ -61,6 +79,7 @@ def check_job_config(job_config) -> None:
         _check_dataset(job_config.validation.dataset, job_config.validation.dataset_path, "validation")
         if job_config.validation.steps < 1:
             raise ConfigError(f"validation.steps={job_config.validation.steps} must be >= 1 for aogpt")
+        _check_disjoint(job_config)
     tok = TiktokenTokenizer(job_config.aogpt.tokenizer)
     if tok.get_vocab_size() > args.vocab_size:
         raise ConfigError(

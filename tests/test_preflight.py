@@ -18,7 +18,9 @@ aogpt_plugin.register()
 DEBUG = ["--job.config_file", "train_configs/aogpt_debug.toml"]
 
 
-@pytest.mark.parametrize("recipe", sorted(glob.glob("train_configs/*.toml")) + sorted(glob.glob("train_configs/study/*.toml")))
+@pytest.mark.parametrize(
+    "recipe", sorted(glob.glob("train_configs/*.toml")) + sorted(glob.glob("train_configs/study/*.toml"))
+)
 def test_every_recipe_parses_with_torchtitans_config_manager(recipe):
     config = parse_job_config(["--job.config_file", recipe])
     assert config.model.name == "aogpt"
@@ -37,7 +39,6 @@ def test_gpu_recipes_resolve_aogpt_through_custom_import():
 
 def test_debug_recipe_spells_out_every_aogpt_option():
     import dataclasses
-
     import tomllib
 
     from aogpt_plugin.job_config import AOGPT, EMA
@@ -58,11 +59,20 @@ def test_cli_overrides_reach_the_aogpt_sections():
     [
         (["--aogpt.p_l2r", "1.5"], "aogpt.p_l2r=1.5 is outside the allowed range [0, 1]"),
         (["--aogpt.p_l2r", "-0.1"], "aogpt.p_l2r=-0.1 is outside the allowed range [0, 1]"),
-        (["--aogpt.order", "zigzag"], "aogpt.order='zigzag' is not supported; allowed: mixture, uniform, l2r, fixed_random, blockwise:K"),
+        (
+            ["--aogpt.order", "zigzag"],
+            "aogpt.order='zigzag' is not supported; allowed: mixture, uniform, l2r, fixed_random, blockwise:K",
+        ),
         (["--aogpt.order", "blockwise:0"], "aogpt.order='blockwise:0': blockwise needs a positive block size"),
-        (["--model.flavor", "huge"], "model.flavor='huge' is not an aogpt flavor; allowed: debugmodel, tiny, mini, small, medium"),
+        (
+            ["--model.flavor", "huge"],
+            "model.flavor='huge' is not an aogpt flavor; allowed: debugmodel, tiny, mini, small, medium",
+        ),
         (["--aogpt.conditioning", "film"], "aogpt.conditioning='film' is not supported; allowed: adaln, concat, none"),
-        (["--training.seq_len", "4096"], "training.seq_len=4096 exceeds the positions of model.flavor='debugmodel'; allowed: 1..256"),
+        (
+            ["--training.seq_len", "4096"],
+            "training.seq_len=4096 exceeds the positions of model.flavor='debugmodel'; allowed: 1..256",
+        ),
         (["--validation.seq_len", "300"], "validation.seq_len=300 exceeds the positions"),
         (["--training.dataset_path", "/no/such/dir"], "training.dataset_path='/no/such/dir' does not exist"),
         (["--training.dataset", "c4_nope"], "training.dataset='c4_nope' is not registered; allowed:"),
@@ -70,6 +80,8 @@ def test_cli_overrides_reach_the_aogpt_sections():
         (["--ema.decay", "1.0"], "ema.decay=1.0 is outside the allowed range [0, 1)"),
         (["--aogpt.tokenizer", "cl100k"], "aogpt.tokenizer='cl100k' is not supported; allowed: gpt2"),
         (["--aogpt.target_pe_dim", "0"], "aogpt.target_pe_dim=0 must be >= 1"),
+        (["--training.dataset_path", "/no/such/*.jsonl"], "training.dataset_path='/no/such/*.jsonl' matches no files"),
+        (["--training.dataset_path", "../shared/data/train_corpus"], "includes the validation file"),
     ],
 )
 def test_bad_values_raise_one_line_config_errors(override, message):
@@ -85,3 +97,10 @@ def test_unknown_toml_key_is_one_line(tmp_path):
     with pytest.raises(ConfigError) as info:
         parse_job_config(["--job.config_file", str(bad)])
     assert "not_a_key" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_glob_dataset_path_selects_only_the_training_shards():
+    from aogpt_plugin.data.text_files import list_text_files
+
+    files = list_text_files("../shared/data/train_corpus/enwiki2015_train_*.jsonl")
+    assert len(files) == 5 and not any("heldout" in f for f in files)

@@ -6,6 +6,7 @@ blank lines (the OpenWebText-sample layout).
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 from collections.abc import Iterator
@@ -16,7 +17,12 @@ TEXT_SUFFIXES = (".jsonl", ".json", ".txt")
 
 
 def list_text_files(path: str, key: str = "training.dataset_path") -> list[str]:
-    """The corpus files at `path` (a file, or a folder searched recursively), sorted."""
+    """The corpus files at `path` (a file, a folder searched recursively, or a glob pattern), sorted."""
+    if path and glob.has_magic(path):
+        files = sorted(f for f in glob.glob(path, recursive=True) if os.path.isfile(f))
+        if not files:
+            raise ConfigError(f"{key}={path!r} matches no files; give a .jsonl/.json/.txt file, folder or pattern")
+        return _checked(files, path, key)
     if not path or not os.path.exists(path):
         raise ConfigError(f"{key}={path!r} does not exist; give a .jsonl/.json/.txt file or a folder of them")
     if os.path.isfile(path):
@@ -25,6 +31,10 @@ def list_text_files(path: str, key: str = "training.dataset_path") -> list[str]:
         files = sorted(
             os.path.join(root, f) for root, _, names in os.walk(path) for f in names if f.endswith(TEXT_SUFFIXES)
         )
+    return _checked(files, path, key)
+
+
+def _checked(files: list[str], path: str, key: str) -> list[str]:
     bad = [f for f in files if not f.endswith(TEXT_SUFFIXES)]
     if not files or bad:
         raise ConfigError(f"{key}={path!r} holds no usable text files (allowed suffixes: {', '.join(TEXT_SUFFIXES)})")

@@ -23,22 +23,8 @@ def nll_sum_and_count(model, tokens, order) -> tuple[torch.Tensor, int]:
 
 
 def final_hidden(model, tokens: torch.Tensor, order: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """`model.forward` without the head: (B, L, dim) states and the slots' conditioning, for an order
-    prefix `order` (B, L), L <= n. Slot j again holds x[order[j-1]] and targets order[j]; with causal
-    attention, slots beyond the one a caller reads cannot change it, so any prefix length works."""
-    bsz = tokens.shape[0]
-    h = torch.cat(
-        [
-            model.start_embedding().expand(bsz, 1, -1),
-            model.embed_tokens(order_labels(tokens, order[:, :-1]), order[:, :-1]),
-        ],
-        dim=1,
-    )
-    h = h + model.input_shift(order)
-    cond = model.condition(order)
-    for layer in model.layers.values():
-        h = layer(h, cond)
-    return h, cond
+    """`model.forward` without the head, for an order prefix (see `AOGPT.hidden`)."""
+    return model.hidden(tokens, order)
 
 
 def slot_nlls(model, tokens: torch.Tensor, order: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:

@@ -160,6 +160,19 @@ class AOGPT(nn.Module):
         return self.output(h)
 
     # ---- training / scoring forward -------------------------------------------------------
+    def hidden(self, tokens: torch.Tensor, order: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Final states (B, L, dim) and conditioning of the slots for an order prefix `order` (B, L),
+        L <= n: slot j holds x[order[j-1]] ([None] for j = 0) and targets order[j]. With causal
+        attention a slot never depends on later slots, so any prefix length gives the same states."""
+        bsz = tokens.shape[0]
+        read = torch.gather(tokens, 1, order[:, :-1])  # tokens fed to slots 1..L-1
+        h = torch.cat([self.start_embedding().expand(bsz, 1, -1), self.embed_tokens(read, order[:, :-1])], dim=1)
+        h = h + self.input_shift(order)
+        cond = self.condition(order)
+        for layer in self.layers.values():
+            h = layer(h, cond)
+        return h, cond
+
     def forward(self, tokens: torch.Tensor, order: torch.Tensor | None = None) -> torch.Tensor:
         """tokens: (B, n) in original order; order: (B, n) permutation (None = left to right).
 
@@ -168,16 +181,4 @@ class AOGPT(nn.Module):
         bsz, n = tokens.shape
         if order is None:
             order = torch.arange(n, device=tokens.device).expand(bsz, n)
-        read = torch.gather(tokens, 1, order[:, :-1])  # tokens fed to slots 1..n-1
-        h = torch.cat(
-            [
-                self.start_embedding().expand(bsz, 1, -1),
-                self.embed_tokens(read, order[:, :-1]),
-            ],
-            dim=1,
-        )
-        h = h + self.input_shift(order)
-        cond = self.condition(order)
-        for layer in self.layers.values():
-            h = layer(h, cond)
-        return self.head(h, cond)
+        return self.head(*self.hidden(tokens, order))

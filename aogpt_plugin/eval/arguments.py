@@ -1,0 +1,47 @@
+"""Argument checks shared by `aogpt eval ppl` and `aogpt eval genppl`: fail in one line, before loading."""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from ..errors import UserError
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def require_at_least(flag: str, value: int | None, low: int, meaning: str) -> None:
+    if value is not None and value < low:
+        raise UserError(f"{flag} {value}: {meaning} must be >= {low}")
+
+
+def resolve_device(name: str | None) -> torch.device:
+    """The given device, else CUDA when present, else the CPU."""
+    if name is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UserError(f"--device {name!r} is not a torch device; e.g. cpu, cuda, cuda:1") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"--device {name!r}: CUDA is not available here; use --device cpu")
+    return device
+
+
+def check_tokenizer_matches(model_dir: str, tokenizer, vocab_size: int) -> None:
+    if tokenizer.get_vocab_size() != vocab_size:
+        raise UserError(
+            f"model {model_dir!r} has a {vocab_size}-token vocabulary but its tokenizer {tokenizer.name!r} "
+            f"has {tokenizer.get_vocab_size()}; it cannot score {tokenizer.name} text"
+        )
+
+
+class Reporter:
+    """Human-readable lines: stdout normally, stderr under --json so stdout holds only the JSON object."""
+
+    def __init__(self, json_mode: bool):
+        self.stream = sys.stderr if json_mode else sys.stdout
+
+    def __call__(self, line: str) -> None:
+        print(line, file=self.stream, flush=True)

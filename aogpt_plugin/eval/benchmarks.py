@@ -1,0 +1,192 @@
+"""The five zero-shot benchmarks as documents, read the way the SEDD/RADD/AO-GPT protocol reads them.
+
+A "document" is the unit that gets one EOS appended before packing; it follows the Hugging Face
+rows the authors load, so token streams match theirs:
+
+  wikitext2/103  one line of the raw file (HF `Salesforce/wikitext` row); blank lines are "" and
+                 so contribute a lone EOS, as they do for the authors
+  ptb            one stripped line (HF `ptb_text_only` `sentence`)
+  lm1b           one stripped line = one sentence (HF `dvruette/lm1b` `text`)
+  lambada        one record's `text` (OpenAI `lambada_test.jsonl`)
+
+Local copies live in ../shared/data beside the repository (override with AOGPT_DATA_DIR); when a
+file is missing the hub source the authors used is tried, if it can be reached.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..data.text_files import iter_documents, list_text_files
+from ..errors import UserError
+from .detokenizers import DETOKENIZERS
+
+LAMBADA_URL = "https://openaipublic.blob.core.windows.net/gpt-2/data/lambada_test.jsonl"
+
+
+@dataclass(frozen=True)
+class HubSource:
+    dataset: str  # HF dataset id, or a URL for LAMBADA
+    config: str | None
+    field: str
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    detokenizer: str
+    read_line: Callable[[str], str]  # file line (or hub row) -> document text
+    local: dict[str, tuple[str, ...]]  # split -> local file, relative to the data dir
+    hub: HubSource
+
+
+def _wikitext_line(line: str) -> str:
+    return line if line.strip() else ""  # the HF loader's rule: blank lines (" \n") become ""
+
+
+def _jsonl_text(line: str) -> str:
+    return json.loads(line)["text"]
+
+
+BENCHMARKS: dict[str, Benchmark] = {
+    "wikitext2": Benchmark(
+        "wikitext2",
+        "wikitext",
+        _wikitext_line,
+        {
+            "test": ("wikitext2/wiki.test.raw",),
+            "validation": ("wikitext2/wiki.valid.raw",),
+            "train": ("wikitext2/wiki.train.raw",),  # the authors' (RADD's) choice; not in shared/data
+        },
+        HubSource("Salesforce/wikitext", "wikitext-2-raw-v1", "text"),
+    ),
+    "wikitext103": Benchmark(
+        "wikitext103",
+        "wikitext",
+        _wikitext_line,
+        {"test": ("wikitext103/wiki.test.raw",), "validation": ("wikitext103/wiki.valid.raw",)},
+        HubSource("Salesforce/wikitext", "wikitext-103-raw-v1", "text"),
+    ),
+    "ptb": Benchmark(
+        "ptb",
+        "ptb",
+        str.strip,
+        {"test": ("ptb/ptb.test.txt",), "validation": ("ptb/ptb.valid.txt",)},
+        HubSource("ptb-text-only/ptb_text_only", None, "sentence"),
+    ),
+    "lambada": Benchmark(
+        "lambada",
+        "lambada",
+        _jsonl_text,
+        {"test": ("lambada/lambada_test.jsonl",)},
+        HubSource(LAMBADA_URL, None, "text"),
+    ),
+    "lm1b": Benchmark(
+        "lm1b",
+        "lm1b",
+        str.strip,
+        {"test": ("lm1b/news.en.heldout-00000-of-00050",)},
+        HubSource("dvruette/lm1b", None, "text"),
+    ),
+}
+
+
+@dataclass
+class Documents:
+    texts: list[str]  # detokenized, in dataset order
+    dataset: str  # benchmark name or the path given
+    split: str | None
+    source: str  # the file read, or the hub id / URL
+    detokenizer: str | None
+
+
+def data_dir() -> Path:
+    """../shared/data beside the repository, or $AOGPT_DATA_DIR."""
+    env = os.environ.get("AOGPT_DATA_DIR")
+    return Path(env) if env else Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
+def check_dataset_arg(dataset: str, split: str) -> None:
+    """Reject an unknown name, a split the benchmark lacks, or a missing path, before any loading."""
+    if dataset in BENCHMARKS:
+        splits = BENCHMARKS[dataset].local
+        if split not in splits:
+            raise UserError(f"--split {split!r} does not exist for {dataset}; allowed: {', '.join(splits)}")
+        return
+    if not os.path.exists(dataset):
+        raise UserError(
+            f"--dataset {dataset!r} is neither a benchmark ({', '.join(BENCHMARKS)}) "
+            "nor an existing .jsonl/.json/.txt file or folder"
+        )
+    list_text_files(dataset, key="--dataset")
+
+
+def load_documents(dataset: str, split: str = "test") -> Documents:
+    check_dataset_arg(dataset, split)
+    if dataset not in BENCHMARKS:
+        files = list_text_files(dataset, key="--dataset")
+        texts = [doc for f in files for doc in iter_documents(f)]
+        return Documents(texts, dataset, None, dataset, None)
+    bench = BENCHMARKS[dataset]
+    detok = DETOKENIZERS[bench.detokenizer]
+    local = _find_local(bench, split)
+    raw, source = (_read_local(bench, local), str(local)) if local is not None else _from_hub(bench, split)
+    return Documents([detok(t) for t in raw], dataset, split, source, bench.detokenizer)
+
+
+def _find_local(bench: Benchmark, split: str) -> Path | None:
+    for rel in bench.local[split]:
+        path = data_dir() / rel
+        if path.is_file():
+            return path
+    return None
+
+
+def _read_local(bench: Benchmark, path: Path) -> list[str]:
+    """Every line is a document (an empty line an empty one, as the HF loaders yield), except that
+    blank lines of a JSON-lines file hold no record."""
+    with open(path, encoding="utf-8") as f:
+        return [bench.read_line(line) for line in f if line.strip() or bench.read_line is not _jsonl_text]
+
+
+def _reachable(host: str, timeout: float = 3.0) -> bool:
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def _from_hub(bench: Benchmark, split: str) -> tuple[list[str], str]:
+    hub = bench.hub
+    wanted = f"{data_dir() / bench.local[split][0]}"
+    is_url = hub.dataset.startswith("https://")
+    host = hub.dataset.split("/")[2] if is_url else "huggingface.co"
+    offline_cache = not is_url and os.environ.get("HF_HUB_OFFLINE") == "1"  # the HF cache may still hold it
+    if not offline_cache and not _reachable(host):
+        raise UserError(
+            f"{bench.name} {split}: no local file {wanted} and {host} cannot be reached; "
+            f"put the file there (or set AOGPT_DATA_DIR) or go online"
+        )
+    if is_url:
+        import urllib.request
+
+        with urllib.request.urlopen(hub.dataset, timeout=60) as response:
+            lines = response.read().decode("utf-8").splitlines()
+        return [bench.read_line(line) for line in lines if line.strip()], hub.dataset
+    import datasets
+
+    try:
+        rows = datasets.load_dataset(hub.dataset, hub.config, split=split)
+    except Exception as e:
+        raise UserError(
+            f"{bench.name} {split}: no local file {wanted} and loading {hub.dataset} failed "
+            f"({type(e).__name__}: {str(e).splitlines()[0][:160]})"
+        ) from None
+    source = f"hf:{hub.dataset}" + (f"/{hub.config}" if hub.config else "") + f"[{split}]"
+    return [bench.read_line(row) for row in rows[hub.field]], source

@@ -1,0 +1,158 @@
+"""`aogpt eval genppl`: generation perplexity of samples under a causal scorer, plus unigram entropy."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from ..errors import UserError
+from .arguments import DTYPES, Reporter, require_at_least, resolve_device
+from .genppl import TOKEN_MODES
+
+
+def add_to(subparsers) -> None:
+    p = subparsers.add_parser("genppl", help="generation perplexity of samples under a causal scorer")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--samples", metavar="FILE", help="samples: sampler --json output, JSON/JSON lines, or text")
+    source.add_argument("--model", metavar="OUT_DIR", help="sample from this converted model first (needs the sampler)")
+    p.add_argument("--scorer", required=True, help="converted aogpt model folder (read left to right) or hf:NAME")
+    p.add_argument(
+        "--tokens",
+        choices=TOKEN_MODES,
+        default="auto",
+        help="score the samples' token ids (direct), re-encode their text (retokenize), or direct when possible",
+    )
+    p.add_argument("--batch-size", type=int, default=8, help="samples per scorer forward (and per sampler call)")
+    g = p.add_argument_group("sampling (with --model)")
+    g.add_argument("--num-samples", type=int, default=None, metavar="N", help="samples to draw (required with --model)")
+    g.add_argument("--length", type=int, default=None, help="tokens per sample (default: the model's positions)")
+    g.add_argument("--steps", type=int, default=None, metavar="T", help="sampling steps (default: --length)")
+    g.add_argument("--sample-order", choices=("random", "l2r"), default="random", help="generation order")
+    g.add_argument("--temperature", type=float, default=1.0)
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--top-k", type=int, default=None)
+    g.add_argument("--seed", type=int, default=0, help="sampler seed; batch b of --batch-size samples uses (seed, b)")
+    g.add_argument("--save-samples", metavar="FILE", default=None, help="also write the samples (sampler --json form)")
+    p.add_argument("--device", default=None, help="default: cuda if available, else cpu")
+    p.add_argument("--dtype", choices=tuple(DTYPES), default="float32")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p.add_argument("--no-progress", action="store_true", help="no tqdm bar")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from .genppl import nll_per_sample, prepare, summarize
+    from .samples import read_samples
+    from .scorers import check_scorer_arg, load_scorer
+
+    started = time.perf_counter()
+    say = Reporter(args.json)
+    require_at_least("--batch-size", args.batch_size, 1, "the batch size")
+    _check_sampling_args(args)
+    check_scorer_arg(args.scorer)
+    device = resolve_device(args.device)
+    if args.model is not None:
+        sample_set = sample_from_model(args, device, say)
+    else:
+        sample_set = read_samples(args.samples)
+
+    scorer = load_scorer(args.scorer, device, DTYPES[args.dtype])
+    prepared = prepare(sample_set, scorer, args.tokens)
+    say(
+        f"samples {sample_set.path}: {len(prepared.ids)} samples ({sample_set.tokenizer} tokens); scorer {scorer.name} "
+        f"({scorer.kind}{', ' + scorer.weights + ' weights' if scorer.weights else ''}), ids {prepared.mode}, "
+        f"{'all tokens scored (first from [None])' if scorer.kind == 'aogpt' else 'first token of each unscored'}"
+    )
+    sums, counts = nll_per_sample(scorer, prepared.ids, args.batch_size, not args.no_progress and sys.stderr.isatty())
+    summary = summarize(sums, counts, prepared.own_tokens)
+    seconds = time.perf_counter() - started
+    std = summary["sample_ppl_std"]
+    say(
+        f"gen ppl (mean of per-sample ppl) {summary['sample_ppl_mean']:.4f}"
+        + (f" ± {std:.4f} (std over samples)" if std is not None else "")
+    )
+    say(f"token-level ppl {summary['ppl']:.4f}  nll {summary['nll']:.5f} nats/token over {summary['tokens']:,} tokens")
+    say(f"unigram entropy {summary['unigram_entropy_mean']:.4f} nats (mean over samples)")
+    say(f"time {seconds:.1f} s")
+    if args.json:
+        record = {
+            "command": "genppl",
+            "samples_file": sample_set.path,
+            "samples_meta": sample_set.meta,
+            "samples_tokenizer": sample_set.tokenizer,
+            "scorer": scorer.name,
+            "scorer_kind": scorer.kind,
+            "weights": scorer.weights,
+            "token_ids": prepared.mode,
+            "dtype": args.dtype,
+            "device": str(device),
+            **summary,
+            "seconds": round(seconds, 3),
+        }
+        print(json.dumps(record))
+    return 0
+
+
+def _check_sampling_args(args) -> None:
+    if args.model is None:
+        given = [f for f, v in (("--num-samples", args.num_samples), ("--save-samples", args.save_samples)) if v]
+        if given:
+            raise UserError(f"{given[0]} needs --model (it draws samples); with --samples FILE drop it")
+        return
+    if args.num_samples is None:
+        raise UserError("--model needs --num-samples N (how many samples to draw)")
+    require_at_least("--num-samples", args.num_samples, 1, "the number of samples")
+    require_at_least("--length", args.length, 1, "the sample length")
+    require_at_least("--steps", args.steps, 1, "the number of steps")
+
+
+def sample_from_model(args, device, say):
+    """Draw --num-samples samples with aogpt_plugin.sampler, --batch-size at a time (batch b seeded (seed, b))."""
+    from ..data.orders import mix_seed
+    from ..pretrained import load_pretrained
+    from .samples import Sample, SampleSet
+
+    try:
+        from ..sampler import SampleConfig, SamplingParams, generate
+    except ImportError as e:
+        raise UserError(f"--model {args.model!r}: the sampler cannot be imported ({e}); use --samples FILE") from None
+    pretrained = load_pretrained(args.model, device, DTYPES[args.dtype])
+    tokenizer = pretrained.tokenizer()
+    length = args.length or pretrained.args.max_seq_len
+    steps = args.steps or length
+    params = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k)
+    settings = {
+        "model": args.model,
+        "weights": pretrained.config.get("weights"),
+        "step": pretrained.config.get("step"),
+        "length": length,
+        "steps": steps,
+        "order": args.sample_order,
+        "temperature": args.temperature,
+        "top_p": args.top_p,
+        "top_k": args.top_k,
+        "seed": args.seed,
+        "batch_size": args.batch_size,
+    }
+    say(f"sampling {args.num_samples} samples from {args.model}: " + ", ".join(f"{k} {v}" for k, v in settings.items()))
+    samples = []
+    for batch, start in enumerate(range(0, args.num_samples, args.batch_size)):
+        config = SampleConfig(
+            length=length,
+            steps=steps,
+            num_samples=min(args.batch_size, args.num_samples - start),
+            order=args.sample_order,
+            sampling=params,
+            seed=mix_seed(args.seed, batch),
+        )
+        result = generate(pretrained.model, config)
+        samples += [Sample(tokens=row, text=tokenizer.decode(row)) for row in result.tokens.tolist()]
+    del pretrained
+    if args.save_samples:
+        record = {**settings, "tokenizer": tokenizer.name}
+        record.update(tokens=[s.tokens for s in samples], text=[s.text for s in samples])
+        with open(args.save_samples, "w", encoding="utf-8") as f:
+            json.dump(record, f)
+            f.write("\n")
+    return SampleSet(samples, f"model:{args.model}", tokenizer.name, settings)

@@ -1,0 +1,156 @@
+"""`aogpt eval ppl`: zero-shot perplexity of a converted model on a benchmark or a local text file."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from ..errors import UserError
+from .arguments import DTYPES, Reporter, check_tokenizer_matches, require_at_least, resolve_device
+from .benchmarks import BENCHMARKS, check_dataset_arg, load_documents
+from .data_command import PROTOCOL_SEQ_LEN
+from .orders import ORDER_KINDS
+from .packing import pack_documents
+
+
+def add_to(subparsers) -> None:
+    p = subparsers.add_parser("ppl", help="zero-shot perplexity: left to right, any order, context-order ensemble")
+    p.add_argument("--model", required=True, help="converted model folder (aogpt convert)")
+    p.add_argument("--dataset", required=True, help=f"{', '.join(BENCHMARKS)}, or a .jsonl/.json/.txt file or folder")
+    p.add_argument("--split", default="test", help="benchmark split (default test; wikitext2 train = the authors')")
+    p.add_argument("--order", required=True, choices=ORDER_KINDS, help="left to right, or random orders")
+    p.add_argument("--orders", type=int, default=1, metavar="K", help="random orders per chunk (default 1)")
+    p.add_argument("--ensemble", type=int, default=1, metavar="M", help="context orders per conditional (Eq. 4)")
+    p.add_argument("--max-chunks", type=int, default=None, metavar="N", help="score only the first N chunks")
+    p.add_argument("--seq-len", type=int, default=None, help="chunk length n (default 1024, capped at the model's)")
+    p.add_argument("--batch-size", type=int, default=8, help="sequences per forward (ensemble: x seq-len slots)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random orders and context permutations")
+    p.add_argument("--device", default=None, help="default: cuda if available, else cpu")
+    p.add_argument("--dtype", choices=tuple(DTYPES), default="float32")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p.add_argument("--no-progress", action="store_true", help="no tqdm bar")
+    p.set_defaults(run=run)
+
+
+def check_args(args) -> None:
+    require_at_least("--orders", args.orders, 1, "the number of orders per chunk K")
+    require_at_least("--ensemble", args.ensemble, 1, "the ensemble size M")
+    require_at_least("--max-chunks", args.max_chunks, 1, "the number of chunks")
+    require_at_least("--seq-len", args.seq_len, 1, "the chunk length")
+    require_at_least("--batch-size", args.batch_size, 1, "the batch size")
+    if args.order == "l2r" and args.orders > 1:
+        raise UserError(f"--orders {args.orders} needs --order random (left to right has one order)")
+    check_dataset_arg(args.dataset, args.split)
+
+
+def chunk_length(requested: int | None, positions: int, model_dir: str) -> int:
+    if requested is None:
+        return min(PROTOCOL_SEQ_LEN, positions)
+    if requested > positions:
+        raise UserError(
+            f"--seq-len {requested} is above the {positions} positions of {model_dir!r}; allowed: 1..{positions}"
+        )
+    return requested
+
+
+def run(args) -> int:
+    from ..data.tokenizer import TiktokenTokenizer
+    from ..pretrained import load_pretrained, read_config
+    from .perplexity import score_chunks
+
+    started = time.perf_counter()
+    say = Reporter(args.json)
+    check_args(args)
+    config = read_config(args.model)
+    positions = int(config["model_args"]["max_seq_len"])
+    seq_len = chunk_length(args.seq_len, positions, args.model)
+    device = resolve_device(args.device)
+    tokenizer = TiktokenTokenizer(config.get("tokenizer", "gpt2"))
+    check_tokenizer_matches(args.model, tokenizer, int(config["model_args"]["vocab_size"]))
+
+    docs = load_documents(args.dataset, args.split)
+    packed = pack_documents(docs.texts, tokenizer, seq_len)
+    if packed.num_chunks == 0:
+        raise UserError(f"--dataset {args.dataset!r} has {packed.tokens} tokens, fewer than one chunk of {seq_len}")
+    chunks = packed.chunks[: args.max_chunks]
+    pretrained = load_pretrained(args.model, device, DTYPES[args.dtype])
+    weights = config.get("weights")
+
+    say(f"model {args.model}: {weights} weights, step {config.get('step')}, {positions} positions")
+    say(
+        f"data {docs.dataset} [{docs.split or 'file'}] from {docs.source} (detokenizer {docs.detokenizer}): "
+        f"{packed.documents:,} documents, {packed.tokens:,} tokens with EOS -> {packed.num_chunks:,} chunks of "
+        f"{seq_len} ({packed.dropped_tokens:,} tokens of the final partial chunk dropped)"
+    )
+    limit = f"--max-chunks {args.max_chunks}" if args.max_chunks is not None else "all: no --max-chunks"
+    say(
+        f"scoring {len(chunks):,} of {packed.num_chunks:,} chunks ({limit}), {len(chunks) * seq_len:,} tokens; "
+        f"order {args.order}, K={args.orders} orders/chunk, M={args.ensemble}, seed {args.seed}, "
+        f"{args.dtype} on {device}"
+    )
+    scores = score_chunks(
+        pretrained.model,
+        chunks,
+        args.order,
+        draws=args.orders,
+        members=args.ensemble,
+        seed=args.seed,
+        batch_size=args.batch_size,
+        progress=not args.no_progress and sys.stderr.isatty(),
+    )
+    seconds = time.perf_counter() - started
+    estimates = scores.estimates()
+    for size, e in estimates.items():
+        say(f"M={size:<4d} ppl {e.ppl:.4f}  nll {e.nll:.5f} nats/token  {_se_text(e)}")
+    cost = scores.cost.as_dict()
+    if args.ensemble > 1:
+        say(
+            f"cost {cost['computed']:,} forward slots ({cost['needed']:,} needed); the authors' way "
+            f"{cost['authors']:,} ({cost['saving']:.2f}x more)"
+        )
+    say(f"time {seconds:.1f} s")
+
+    final = estimates[args.ensemble]
+    if args.json:
+        record = {
+            "command": "ppl",
+            "model": args.model,
+            "weights": weights,
+            "step": config.get("step"),
+            "dataset": docs.dataset,
+            "split": docs.split,
+            "source": docs.source,
+            "detokenizer": docs.detokenizer,
+            "documents": packed.documents,
+            "dataset_tokens": packed.tokens,
+            "dataset_chunks": packed.num_chunks,
+            "dropped_tokens": packed.dropped_tokens,
+            "seq_len": seq_len,
+            "chunks": len(chunks),
+            "max_chunks": args.max_chunks,
+            "tokens": len(chunks) * seq_len,
+            "order": args.order,
+            "orders": args.orders,
+            "M": args.ensemble,
+            "seed": args.seed,
+            "dtype": args.dtype,
+            "device": str(device),
+            **final.as_dict(),
+            "ensemble": [{"M": size, **e.as_dict()} for size, e in estimates.items()],
+            "forward_slots": cost,
+            "seconds": round(seconds, 3),
+        }
+        print(json.dumps(record))
+    return 0
+
+
+def _se_text(e) -> str:
+    parts = []
+    if e.se_orders is not None:
+        parts.append(f"± {e.se_orders:.5f} (SE over orders)")
+    else:
+        parts.append("(SE over orders needs --orders >= 2)")
+    if e.se_chunks is not None:
+        parts.append(f"± {e.se_chunks:.5f} (SE over chunks)")
+    return "  ".join(parts)

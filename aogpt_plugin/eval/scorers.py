@@ -1,0 +1,140 @@
+"""Causal scorers for generation perplexity: an aogpt checkpoint read left to right, or a Hugging Face LM.
+
+They differ in what they can score. An aogpt model has the [None] start slot, so all n tokens of a
+sample are scored, the first from [None]. A Hugging Face causal LM such as GPT-2 has no BOS in use
+here (as in the authors' and SEDD's scripts), so it scores the n-1 tokens after the first.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import UserError
+from .arguments import check_tokenizer_matches
+
+HF_PREFIX = "hf:"
+_PROBE = "Any-order GPT: 3.14 ‘quotes’, émigré, 東京, <|endoftext|> tabs\tand  spaces."
+
+
+def _pad(batch: list[list[int]], device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ids (pad 0) and the mask of real tokens."""
+    length = max(len(ids) for ids in batch)
+    ids = torch.zeros(len(batch), length, dtype=torch.long)
+    mask = torch.zeros(len(batch), length, dtype=torch.bool)
+    for row, seq in enumerate(batch):
+        ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+        mask[row, : len(seq)] = True
+    return ids.to(device), mask.to(device)
+
+
+def shifted_nll_sums(logits: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row NLL sum and count of tokens 1..L-1 given their prefixes (a causal LM without BOS)."""
+    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+    nll = -logp.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    keep = mask[:, 1:]
+    return (nll * keep).double().sum(1), keep.sum(1)
+
+
+class AOGPTScorer:
+    """A converted aogpt model in left-to-right mode (an AR baseline with conditioning=none, or AO-GPT)."""
+
+    kind = "aogpt"
+
+    def __init__(self, model_dir: str, device, dtype):
+        from ..data.tokenizer import TiktokenTokenizer
+        from ..pretrained import load_pretrained, read_config
+
+        config = read_config(model_dir)
+        self.tokenizer = TiktokenTokenizer(config.get("tokenizer", "gpt2"))
+        self.vocab_size = int(config["model_args"]["vocab_size"])
+        check_tokenizer_matches(model_dir, self.tokenizer, self.vocab_size)
+        self.name = model_dir
+        self.weights = config.get("weights")
+        self.max_len = int(config["model_args"]["max_seq_len"])
+        self.min_len = 1
+        self.model = load_pretrained(model_dir, device, dtype).model
+        self.device = device
+
+    def speaks(self, tokenizer_name: str) -> bool:
+        return tokenizer_name == self.tokenizer.name
+
+    def encode(self, texts: list[str]) -> list[list[int]]:
+        return self.tokenizer.encode_batch(texts)
+
+    @torch.inference_mode()
+    def nll_sums(self, batch: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        from .likelihood import token_nlls
+
+        ids, mask = _pad(batch, self.device)
+        nll = token_nlls(self.model, ids, None)  # causal: padding after a sample cannot change its slots
+        return (nll * mask).double().sum(1).cpu(), mask.sum(1).cpu()
+
+
+class HFScorer:
+    """`hf:NAME`: a Hugging Face causal LM by hub name or local path (transformers is imported lazily)."""
+
+    kind = "hf"
+
+    def __init__(self, spec: str, device, dtype):
+        transformers = import_transformers(spec)
+        name = spec[len(HF_PREFIX) :]
+        try:
+            self.hf_tokenizer = transformers.AutoTokenizer.from_pretrained(name)
+            self.model = transformers.AutoModelForCausalLM.from_pretrained(name, torch_dtype=dtype)
+        except Exception as e:  # offline, unknown name, not a causal LM
+            first_line = str(e).splitlines()[0][:160] if str(e) else ""
+            raise UserError(f"--scorer {spec!r} cannot load ({type(e).__name__}: {first_line})") from None
+        self.model.to(device).eval()
+        self.name = spec
+        self.weights = None
+        self.vocab_size = self.model.get_output_embeddings().weight.shape[0]
+        cfg = self.model.config
+        self.max_len = getattr(cfg, "n_positions", None) or getattr(cfg, "max_position_embeddings", None) or 1024
+        self.min_len = 2
+        self.device = device
+
+    def speaks(self, tokenizer_name: str) -> bool:
+        """Same ids as the samples' tokenizer: checked on a probe string, not trusted by name."""
+        if tokenizer_name != "gpt2":
+            return False
+        from ..data.tokenizer import TiktokenTokenizer
+
+        gpt2 = TiktokenTokenizer("gpt2")
+        return len(self.hf_tokenizer) == gpt2.get_vocab_size() and self.encode([_PROBE])[0] == gpt2.encode(_PROBE)
+
+    def encode(self, texts: list[str]) -> list[list[int]]:
+        return [list(ids) for ids in self.hf_tokenizer(texts)["input_ids"]]
+
+    @torch.inference_mode()
+    def nll_sums(self, batch: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        ids, mask = _pad(batch, self.device)
+        logits = self.model(input_ids=ids, attention_mask=mask.long()).logits
+        sums, counts = shifted_nll_sums(logits, ids, mask)
+        return sums.cpu(), counts.cpu()
+
+
+def import_transformers(spec: str):
+    try:
+        import transformers
+    except ImportError:
+        raise UserError(f"--scorer {spec!r} needs the `transformers` package, which is not installed") from None
+    return transformers
+
+
+def check_scorer_arg(spec: str) -> None:
+    """Cheap checks before loading anything: the package for hf:, a converted folder otherwise."""
+    if spec.startswith(HF_PREFIX):
+        if len(spec) == len(HF_PREFIX):
+            raise UserError(f"--scorer {spec!r}: give a model after 'hf:', e.g. hf:gpt2-large")
+        import_transformers(spec)
+        return
+    from ..data.tokenizer import TiktokenTokenizer
+    from ..pretrained import read_config
+
+    config = read_config(spec)
+    tokenizer = TiktokenTokenizer(config.get("tokenizer", "gpt2"))
+    check_tokenizer_matches(spec, tokenizer, int(config["model_args"]["vocab_size"]))
+
+
+def load_scorer(spec: str, device, dtype):
+    return HFScorer(spec, device, dtype) if spec.startswith(HF_PREFIX) else AOGPTScorer(spec, device, dtype)
