@@ -14,7 +14,9 @@ from .errors import UserError
 
 COMMAND_MODULES = (
     "aogpt_plugin.convert_cli",
+    "aogpt_plugin.sampler.cli",
     "aogpt_plugin.eval.cli",
+    "aogpt_plugin.bench_cli",
 )
 
 

@@ -112,9 +112,7 @@ def run(args) -> int:
     dtype_name = args.dtype or ("bfloat16" if device.type == "cuda" else "float32")
     dtype = getattr(torch, dtype_name)
     seq_len = args.seq_len or FLAVORS[args.flavor].max_seq_len
-    built = {
-        v: Variant(args.flavor, *VARIANTS[v], seq_len, args.batch, device, dtype, args.compile) for v in variants
-    }
+    built = {v: Variant(args.flavor, *VARIANTS[v], seq_len, args.batch, device, dtype, args.compile) for v in variants}
     for v in variants:
         for _ in range(args.warmup):
             built[v].step()
@@ -144,7 +142,9 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(result))
         return 0
-    print(f"{args.flavor} seq {seq_len} batch {args.batch} on {result['device']} ({dtype_name}, compile={args.compile})")
+    print(
+        f"{args.flavor} seq {seq_len} batch {args.batch} on {result['device']} ({dtype_name}, compile={args.compile})"
+    )
     for v in variants:
         print(f"  {v:5s} {ms[v]:9.2f} ms/step  {result['tokens_per_s'][v]:10.0f} tokens/s")
     if "ao_vs_ar_step_time_ratio" in result:

@@ -58,4 +58,6 @@ def test_swapped_evaluates_with_shadows_and_restores_raw():
 
 
 def test_clean_fqn_strips_wrappers():
-    assert clean_fqn("layers.0._orig_mod._checkpoint_wrapped_module.attention.wo.weight") == "layers.0.attention.wo.weight"
+    assert (
+        clean_fqn("layers.0._orig_mod._checkpoint_wrapped_module.attention.wo.weight") == "layers.0.attention.wo.weight"
+    )

@@ -1,0 +1,28 @@
+"""Standalone AO-GPT sampler: static KV cache, parallel-generation masks, float64 sampling.
+
+Pure PyTorch -- importing or running it pulls in no torchtitan and needs no process group.
+
+    from aogpt_plugin.pretrained import load_pretrained
+    from aogpt_plugin.sampler import SampleConfig, generate
+
+    model = load_pretrained("out/aogpt-small").model
+    result = generate(model, SampleConfig(length=256, steps=64, num_samples=4, seed=0))
+"""
+
+from .generate import GenerationResult, SampleConfig, StepRecord, generate, noise_generator, plan_generator
+from .prompt import Prompt, PromptBuilder, parse_infill
+from .sampling import SamplingParams, sample_tokens
+
+__all__ = [
+    "GenerationResult",
+    "Prompt",
+    "PromptBuilder",
+    "SampleConfig",
+    "SamplingParams",
+    "StepRecord",
+    "generate",
+    "noise_generator",
+    "parse_infill",
+    "plan_generator",
+    "sample_tokens",
+]

@@ -1,0 +1,154 @@
+"""`aogpt sample`: draw samples from a converted model folder (see aogpt_plugin/sampler/__init__.py).
+
+Every argument is checked against config.json before the weights are read, so a bad value costs
+one `error:` line (exit 2) and no loading time. Progress goes to stderr; stdout holds only the
+samples (text, or with --json one object that `aogpt eval genppl --samples` also reads).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from ..errors import UserError
+
+
+def add_to(subparsers) -> None:
+    p = subparsers.add_parser("sample", help="generate text from a converted model (any order, KV cache)")
+    p.add_argument("--model", required=True, metavar="OUT_DIR", help="converted model folder (aogpt convert)")
+    p.add_argument("--num-samples", type=int, default=1, metavar="B", help="samples in the batch (default 1)")
+    p.add_argument("--length", type=int, default=None, metavar="N", help="tokens per sample (default: all positions)")
+    p.add_argument("--steps", type=int, default=None, metavar="T", help="denoising steps, 1..N (default N)")
+    p.add_argument("--order", choices=("random", "l2r"), default="random", help="fill order (default random)")
+    p.add_argument("--schedule", choices=("linear", "cosine"), default="linear", help="time grid (default linear)")
+    p.add_argument(
+        "--counts",
+        choices=("deterministic", "binomial"),
+        default="deterministic",
+        help="tokens per step: the authors' deterministic rule or Lemma 4.1's binomial draws",
+    )
+    p.add_argument("--temperature", type=float, default=1.0, help="> 0 (default 1)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus mass in (0, 1] (default 1 = off)")
+    p.add_argument("--top-k", type=int, default=None, help="keep the k most likely tokens (default off)")
+    p.add_argument("--prompt", default=None, metavar="TEXT", help="given text at position 0")
+    p.add_argument(
+        "--infill",
+        default=None,
+        metavar="JSON",
+        help='given spans: \'{"spans": [{"start": 40, "text": "..."}, {"start": 90, "tokens": [464]}]}\' or @FILE',
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:N")
+    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
+    p.add_argument("--backend", choices=("auto", "sdpa", "flex"), default="auto", help="attention (auto: per device)")
+    p.add_argument("--no-progress", action="store_true", help="no tqdm bar on stderr")
+    p.set_defaults(run=run)
+
+
+def _prompt(args, config: dict):
+    """Prompt from --prompt / --infill; text is tokenized only when there is some."""
+    from .prompt import PromptBuilder, parse_infill
+
+    tokenizer = None
+
+    def encode(text: str) -> list[int]:
+        nonlocal tokenizer
+        if tokenizer is None:
+            from ..data.tokenizer import TiktokenTokenizer
+
+            tokenizer = TiktokenTokenizer(config.get("tokenizer", "gpt2"))
+        return tokenizer.encode(text)
+
+    builder = PromptBuilder()
+    if args.prompt is not None:
+        if not args.prompt:
+            raise UserError("--prompt is empty; leave it out to sample unconditionally")
+        builder.add(0, encode(args.prompt))
+    if args.infill is not None:
+        parse_infill(args.infill, encode, builder)
+    return builder.build()
+
+
+def check_args(args):
+    """(config, SampleConfig, Prompt) from the command line and config.json alone -- no weights read."""
+    from ..model import AOGPTModelArgs
+    from ..pretrained import read_config
+    from .generate import SampleConfig
+    from .sampling import SamplingParams
+
+    config = read_config(args.model)
+    try:
+        model_args = AOGPTModelArgs.from_dict(config["model_args"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise UserError(f"model directory {args.model!r}: bad model_args in config.json ({e})") from None
+    length = model_args.max_seq_len if args.length is None else args.length
+    if args.length is not None and not 1 <= length <= model_args.max_seq_len:
+        raise UserError(f"--length {length} is outside the model's positions; allowed: 1..{model_args.max_seq_len}")
+    sampling = SamplingParams(args.temperature, args.top_p, args.top_k)
+    prompt = _prompt(args, config)
+    steps = args.steps if args.steps is not None else length - len(prompt)
+    sample_config = SampleConfig(
+        length=length,
+        steps=steps,
+        num_samples=args.num_samples,
+        order=args.order,
+        schedule=args.schedule,
+        counts=args.counts,
+        sampling=sampling,
+        seed=args.seed,
+        backend=args.backend,
+    )
+    sample_config.validate(model_args.max_seq_len, prompt, model_args.vocab_size)
+    return config, sample_config, prompt
+
+
+def run(args) -> int:
+    from ..pretrained import load_pretrained
+    from .device import device_name, resolve_device, resolve_dtype
+    from .generate import generate
+
+    config, sample_config, prompt = check_args(args)
+    device = resolve_device(args.device)
+    dtype = resolve_dtype(args.dtype)
+    pretrained = load_pretrained(args.model, device=device, dtype=dtype)
+    progress = not args.no_progress
+    result = generate(pretrained.model, sample_config, prompt, progress=progress)
+    tokenizer = pretrained.tokenizer()
+    texts = [tokenizer.decode(row) for row in result.tokens.tolist()]
+    if args.json:
+        out = {
+            "samples": [{"tokens": t, "text": s} for t, s in zip(result.tokens.tolist(), texts, strict=True)],
+            "tokens": result.tokens.tolist(),
+            "text": texts,
+            "tokenizer": config.get("tokenizer", "gpt2"),
+            "model": args.model,
+            "length": sample_config.length,
+            "num_samples": sample_config.num_samples,
+            "given_positions": list(prompt.positions),
+            "steps": result.steps,
+            "forward_passes": result.forward_passes,
+            "seconds": round(result.seconds, 6),
+            "tokens_per_second": round(result.tokens_per_second, 3),
+            "order": sample_config.order,
+            "schedule": sample_config.schedule,
+            "counts": sample_config.counts,
+            "temperature": sample_config.sampling.temperature,
+            "top_p": sample_config.sampling.top_p,
+            "top_k": sample_config.sampling.top_k,
+            "seed": sample_config.seed,
+            "device": device_name(device),
+            "backend": args.backend,
+            "dtype": args.dtype,
+        }
+        print(json.dumps(out))
+        return 0
+    for i, text in enumerate(texts):
+        print(f"=== sample {i} ===")
+        print(text)
+    print(
+        f"{result.steps} steps, {result.forward_passes} forward passes, {result.tokens_per_second:.1f} tokens/s "
+        f"on {device_name(device)}",
+        file=sys.stderr,
+    )
+    return 0

@@ -1,0 +1,71 @@
+"""Turning logits into tokens: temperature, top-k, top-p, then a float64 Gumbel-max draw.
+
+Everything runs in float64. Zheng et al. (cited in paper §4.3) showed that float32 Gumbel noise
+truncates the tail of the noise distribution and lowers the effective temperature; argmax of
+float64 logits plus float64 Gumbel noise is an exact categorical draw up to 2^-53 effects.
+Padded vocabulary rows (ids >= vocab_size) are never sampled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import UserError
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0
+    top_p: float = 1.0  # nucleus mass in (0, 1]; 1 keeps every token
+    top_k: int | None = None  # keep the k most likely tokens; None keeps all
+
+    def validate(self) -> SamplingParams:
+        if not self.temperature > 0 or self.temperature == float("inf"):
+            raise UserError(f"temperature={self.temperature} must be a finite number > 0")
+        if not 0.0 < self.top_p <= 1.0:
+            raise UserError(f"top_p={self.top_p} is outside the allowed range (0, 1]")
+        if self.top_k is not None and self.top_k < 1:
+            raise UserError(f"top_k={self.top_k} must be >= 1 (leave it unset to keep all tokens)")
+        return self
+
+
+def top_p_keep(scores: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Bool mask of the nucleus: the most likely tokens whose mass *before* them is < top_p.
+
+    That is the smallest set of top tokens with mass >= top_p; the top token is always kept.
+    """
+    sorted_scores, sorted_ids = scores.sort(dim=-1, descending=True)
+    probs = sorted_scores.softmax(dim=-1)
+    mass_before = probs.cumsum(dim=-1) - probs
+    keep_sorted = mass_before < top_p
+    keep_sorted[..., 0] = True
+    return torch.zeros_like(keep_sorted).scatter(-1, sorted_ids, keep_sorted)
+
+
+def filtered_scores(logits: torch.Tensor, vocab_size: int, params: SamplingParams) -> torch.Tensor:
+    """float64 log-weights over the real vocabulary after temperature, top-k and top-p (-inf = dropped)."""
+    scores = logits[..., :vocab_size].double() / params.temperature
+    if params.top_k is not None and params.top_k < vocab_size:
+        kth = scores.topk(params.top_k, dim=-1).values[..., -1:]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if params.top_p < 1.0:  # p = 1 is skipped outright: a rounded cumsum must not drop tail mass
+        scores = scores.masked_fill(~top_p_keep(scores, params.top_p), float("-inf"))
+    return scores
+
+
+def gumbel_argmax(scores: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One categorical draw per row of softmax(scores): argmax(scores + Gumbel) with float64 noise.
+
+    u in [0, 1) gives -log(-log u) in [-inf, +inf): no NaN even for -inf scores.
+    """
+    u = torch.rand(scores.shape, dtype=torch.float64, device=scores.device, generator=generator)
+    return (scores - torch.log(-torch.log(u))).argmax(dim=-1)
+
+
+def sample_tokens(
+    logits: torch.Tensor, vocab_size: int, params: SamplingParams, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """Token ids (logits.shape[:-1]) drawn from the filtered, tempered distribution."""
+    return gumbel_argmax(filtered_scores(logits, vocab_size, params), generator)

@@ -1,0 +1,96 @@
+"""`aogpt sample`: one-line errors (exit 2) for bad arguments, and a working --json run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from aogpt_plugin.cli import main
+from aogpt_plugin.pretrained import save_pretrained
+
+from .models import build_model
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cli") / "model"
+    save_pretrained(build_model("adaln", max_seq_len=24), str(path))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def broken_weights_dir(tmp_path_factory, model_dir):
+    """Valid config.json, unreadable weights: argument errors must come before any weight loading."""
+    import shutil
+
+    path = tmp_path_factory.mktemp("cli") / "broken"
+    shutil.copytree(model_dir, path)
+    (path / "model.safetensors").write_bytes(b"not safetensors")
+    return str(path)
+
+
+def run_cli(capsys, argv):
+    try:
+        code = main(argv)
+    except SystemExit as e:  # argparse usage errors
+        code = e.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+BAD = [
+    (["--steps", "0"], "steps=0"),
+    (["--steps", "17"], "steps=17"),
+    (["--top-p", "0"], "top_p=0.0"),
+    (["--top-p", "1.2"], "top_p=1.2"),
+    (["--temperature", "0"], "temperature=0.0"),
+    (["--temperature", "-1"], "temperature=-1.0"),
+    (["--top-k", "0"], "top_k=0"),
+    (["--length", "25"], "--length 25"),
+    (["--num-samples", "0"], "num_samples=0"),
+    (["--infill", '{"spans": [{"start": 16, "tokens": [1]}]}'], "position 16"),
+    (["--infill", '{"spans": [{"start": 3, "tokens": [1, 2]}, {"start": 4, "tokens": [3]}]}'], "given twice"),
+    (["--infill", '{"spans": [{"start": 0, "tokens": [61]}]}'], "token id 61"),
+    (["--prompt", " hello world"], "outside the vocabulary"),  # GPT-2 ids >= this model's 61
+    (["--infill", "{oops"], "not valid JSON"),
+    (["--order", "r2l"], "invalid choice"),
+]
+
+
+@pytest.mark.parametrize("extra,match", BAD)
+def test_bad_arguments_give_one_line_and_exit_2(capsys, broken_weights_dir, extra, match):
+    code, out, err = run_cli(capsys, ["sample", "--model", broken_weights_dir, "--length", "16", *extra])
+    assert code == 2
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and match in lines[0], err
+
+
+@pytest.mark.parametrize("which", ["missing", "broken"])
+def test_unreadable_model_dir(capsys, tmp_path, broken_weights_dir, which):
+    path = str(tmp_path / "nope") if which == "missing" else broken_weights_dir
+    code, out, err = run_cli(capsys, ["sample", "--model", path, "--length", "8", "--steps", "2"])
+    assert code == 2 and len(err.strip().splitlines()) == 1 and err.startswith("error:"), err
+
+
+def test_sample_json(capsys, model_dir):
+    argv = ["sample", "--model", model_dir, "--num-samples", "2", "--length", "20", "--steps", "5", "--json"]
+    argv += ["--infill", '{"spans": [{"start": 4, "tokens": [7, 8]}]}', "--counts", "binomial", "--seed", "3"]
+    code, out, err = run_cli(capsys, argv)
+    assert code == 0, err
+    data = json.loads(out)
+    assert len(data["tokens"]) == 2 and all(len(t) == 20 for t in data["tokens"])
+    assert all(t[4:6] == [7, 8] for t in data["tokens"])
+    assert len(data["text"]) == 2 and isinstance(data["text"][0], str)
+    assert data["samples"][0]["tokens"] == data["tokens"][0]
+    assert data["steps"] == 5 and 1 <= data["forward_passes"] <= 5
+    assert data["tokens_per_second"] > 0 and data["device"].startswith("cpu")
+    code2, out2, _ = run_cli(capsys, argv)
+    assert json.loads(out2)["tokens"] == data["tokens"]  # seeded
+
+
+def test_sample_text(capsys, model_dir):
+    argv = ["sample", "--model", model_dir, "--length", "8", "--steps", "8", "--order", "l2r", "--no-progress"]
+    code, out, err = run_cli(capsys, argv)
+    assert code == 0 and out.startswith("=== sample 0 ===") and "8 forward passes" in err

@@ -1,0 +1,91 @@
+"""Float64 Gumbel-max draws, temperature, top-k and top-p."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from scipy import stats
+
+from aogpt_plugin.errors import UserError
+from aogpt_plugin.sampler.sampling import SamplingParams, filtered_scores, gumbel_argmax, sample_tokens, top_p_keep
+
+
+def chi_square_p(draws: torch.Tensor, probs: torch.Tensor) -> float:
+    obs = torch.bincount(draws, minlength=probs.numel()).double()
+    exp = probs.double() * draws.numel()
+    keep = exp > 0
+    assert obs[~keep].sum() == 0  # never a token of probability 0
+    obs, exp = obs[keep], exp[keep] * draws.numel() / exp[keep].sum()
+    stat = float(((obs - exp) ** 2 / exp).sum())
+    return float(stats.chi2.sf(stat, df=obs.numel() - 1))
+
+
+def test_gumbel_argmax_matches_categorical():
+    logits = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -3.0, float("-inf")], dtype=torch.float64)
+    g = torch.Generator().manual_seed(0)
+    draws = gumbel_argmax(logits.expand(60000, -1), g)
+    assert chi_square_p(draws, logits.softmax(-1)) > 1e-3
+
+
+def test_gumbel_argmax_rejects_wrong_distribution():  # the test above can fail
+    logits = torch.tensor([2.0, 1.0, 0.5, 0.0], dtype=torch.float64)
+    draws = gumbel_argmax(logits.expand(60000, -1), torch.Generator().manual_seed(0))
+    assert chi_square_p(draws, (logits * 1.1).softmax(-1)) < 1e-3
+
+
+def test_temperature_scales_logits():
+    logits = torch.tensor([[1.0, 0.0, -1.0, 0.5]])
+    draws = sample_tokens(
+        logits.expand(60000, -1), 4, SamplingParams(temperature=0.5), torch.Generator().manual_seed(1)
+    )
+    assert chi_square_p(draws, (logits[0] / 0.5).softmax(-1)) > 1e-3
+
+
+def test_padded_vocab_never_sampled():
+    logits = torch.zeros(1000, 64)
+    logits[:, 61:] = 100.0  # padding rows of the head
+    draws = sample_tokens(logits, 61, SamplingParams(), torch.Generator().manual_seed(0))
+    assert draws.max() < 61
+
+
+def test_top_p_keeps_exactly_the_nucleus():
+    probs = torch.tensor([0.05, 0.4, 0.3, 0.15, 0.1], dtype=torch.float64)
+    scores = probs.log()
+    assert top_p_keep(scores, 0.39).tolist() == [False, True, False, False, False]
+    assert top_p_keep(scores, 0.41).tolist() == [False, True, True, False, False]
+    assert top_p_keep(scores, 0.69).tolist() == [False, True, True, False, False]
+    assert top_p_keep(scores, 0.71).tolist() == [False, True, True, True, False]
+    assert top_p_keep(scores, 0.96).tolist() == [True, True, True, True, True]
+    assert top_p_keep(scores, 1e-9).tolist() == [False, True, False, False, False]  # top token always kept
+    draws = sample_tokens(scores.expand(30000, -1), 5, SamplingParams(top_p=0.71), torch.Generator().manual_seed(2))
+    nucleus = torch.tensor([0.0, 0.4, 0.3, 0.15, 0.0], dtype=torch.float64)
+    assert chi_square_p(draws, nucleus / nucleus.sum()) > 1e-3
+
+
+def test_top_p_one_keeps_the_tail():
+    scores = torch.tensor([50.0, 0.0, 0.0, -10.0], dtype=torch.float64)  # tail mass ~1e-22: below cumsum rounding
+    assert torch.isfinite(filtered_scores(scores, 4, SamplingParams(top_p=1.0))).all()
+    assert top_p_keep(scores, 1.0).sum() < 4  # what a naive nucleus at p=1 would drop
+
+
+def test_top_k():
+    logits = torch.tensor([[0.1, 3.0, 2.0, -1.0, 2.5]])
+    kept = torch.isfinite(filtered_scores(logits, 5, SamplingParams(top_k=2)))
+    assert kept.tolist() == [[False, True, False, False, True]]
+    draws = sample_tokens(logits.expand(2000, -1), 5, SamplingParams(top_k=1), torch.Generator().manual_seed(0))
+    assert (draws == 1).all()
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(temperature=0.0),
+        SamplingParams(temperature=-1.0),
+        SamplingParams(top_p=0.0),
+        SamplingParams(top_p=1.5),
+        SamplingParams(top_k=0),
+    ],
+)
+def test_bad_params_rejected(params):
+    with pytest.raises(UserError):
+        params.validate()
