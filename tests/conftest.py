@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -16,8 +17,9 @@ TRAIN_CORPUS = SHARED_DATA / "train_corpus"
 HELDOUT = TRAIN_CORPUS / "enwiki2015_heldout.jsonl"
 
 
-def tiny_model(conditioning: str = "adaln", seed: int = 0, **overrides):
-    """A small AO-GPT with deterministic random weights (CPU, float32)."""
+def tiny_model(conditioning: str = "adaln", seed: int = 0, scale: float = 1.0, **overrides):
+    """A small AO-GPT with deterministic random weights (CPU, float32); `scale` multiplies the
+    matrices so next-token distributions are far from uniform (bugs then change sampled tokens)."""
     from aogpt_plugin.model import AOGPT, AOGPTModelArgs
 
     kw = dict(dim=32, n_layers=2, n_heads=4, vocab_size=61, max_seq_len=24, conditioning=conditioning)
@@ -28,6 +30,11 @@ def tiny_model(conditioning: str = "adaln", seed: int = 0, **overrides):
     model.to_empty(device="cpu")
     torch.manual_seed(seed)
     model.init_weights()
+    if scale != 1.0:
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.dim() >= 2:
+                    p.mul_(scale)
     return model
 
 
@@ -72,3 +79,13 @@ def debug_train_args(dump: Path, steps: int, **overrides) -> list[str]:
         else:
             out += [f"--{k}", str(v)]
     return out
+
+
+@pytest.fixture
+def one_cpu_thread():
+    """Tiny models' ops are far too small for intra-op threads; on a shared 2-core CPU OpenMP
+    spin-waits make them many times slower. Autouse it in a folder's conftest."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -17,16 +17,10 @@ def require_at_least(flag: str, value: int | None, low: int, meaning: str) -> No
 
 
 def resolve_device(name: str | None) -> torch.device:
-    """The given device, else CUDA when present, else the CPU."""
-    if name is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise UserError(f"--device {name!r} is not a torch device; e.g. cpu, cuda, cuda:1") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UserError(f"--device {name!r}: CUDA is not available here; use --device cpu")
-    return device
+    """The given device, else CUDA when present, else the CPU (the sampler's rule)."""
+    from ..sampler.device import resolve_device as resolve
+
+    return resolve(name or "auto")
 
 
 def check_tokenizer_matches(model_dir: str, tokenizer, vocab_size: int) -> None:

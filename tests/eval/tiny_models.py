@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import torch
-
-from aogpt_plugin.model import AOGPT, AOGPTModelArgs
+from aogpt_plugin.model import AOGPT
 
 
 def build_model(
@@ -16,16 +14,9 @@ def build_model(
     scale: float = 15.0,
 ) -> AOGPT:
     """A random AOGPT whose weights are multiplied by `scale` (init std 0.02 gives near-uniform logits)."""
-    args = AOGPTModelArgs(
-        dim=dim, n_layers=2, n_heads=4, vocab_size=vocab_size, max_seq_len=max_seq_len, conditioning=conditioning
+    from conftest import tiny_model
+
+    model = tiny_model(
+        conditioning, seed, scale, dim=dim, n_layers=2, n_heads=4, vocab_size=vocab_size, max_seq_len=max_seq_len
     )
-    with torch.device("meta"):
-        model = AOGPT(args)
-    model.to_empty(device="cpu")
-    torch.manual_seed(seed)
-    model.init_weights()
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() >= 2:
-                p.mul_(scale)
     return model.eval().requires_grad_(False)
