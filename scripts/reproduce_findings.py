@@ -1,6 +1,7 @@
 """Reproduce the AO-GPT paper's findings at CPU scale (docs/findings.md).
 
-    python scripts/reproduce_findings.py                 # the whole study (resumable, cached)
+    python scripts/reproduce_findings.py                 # the whole study (resumable, cached per variant)
+    python scripts/reproduce_findings.py --steps 400     # a shorter budget, cached separately
     python scripts/reproduce_findings.py --smoke --out /tmp/s --docs /tmp/s/findings.md   # pipeline check
 
 Stages, each cached under --out so a second invocation reuses finished work:
@@ -38,7 +39,7 @@ SEED = 0
 HELDOUT = "../shared/data/train_corpus/enwiki2015_heldout.jsonl"
 
 FULL = dict(
-    steps=400, seq_len=128, eval_chunks=64, ens_chunks=4, gen_samples=8, heldout_windows=64,
+    steps=1000, seq_len=128, eval_chunks=64, ens_chunks=4, gen_samples=8, heldout_windows=64,
     datasets=DATASETS, weights=("ema", "raw"), gen_divisors=(8, 2, 1), bench_n=128, overrides=[],
     flavor="tiny", flavor_text="4 layers, 128 wide, 4 heads", batch=8,
 )  # fmt: skip
@@ -546,7 +547,7 @@ def report(out: Path, docs: Path, plan: dict, meta: dict) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", default="outputs/study", help="cache folder (default outputs/study)")
+    p.add_argument("--out", default=None, help="cache folder (default outputs/study_STEPS, or outputs/study_smoke)")
     p.add_argument("--docs", default="docs/findings.md", help="report to write (default docs/findings.md)")
     p.add_argument("--variants", default=",".join(VARIANTS), help="subset to train (the report needs all)")
     p.add_argument("--stage", choices=("all", "train", "eval", "report"), default="all")
@@ -567,7 +568,7 @@ def main(argv=None) -> int:
             print(f"error: --steps {args.steps} must be >= 1", file=sys.stderr)
             return 2
         plan = {**plan, "steps": args.steps}
-    out = Path(args.out).resolve()
+    out = Path(args.out or f"outputs/study_{'smoke' if args.smoke else plan['steps']}").resolve()
     out.mkdir(parents=True, exist_ok=True)
     timing = read_json(out / "timing.json") or {}
     if args.stage in ("all", "train"):
@@ -593,7 +594,7 @@ def main(argv=None) -> int:
             "command": "python scripts/reproduce_findings.py"
             + (" --smoke" if args.smoke else "")
             + (f" --steps {args.steps}" if args.steps is not None else "")
-            + (f" --out {args.out}" if args.out != "outputs/study" else ""),
+            + (f" --out {args.out}" if args.out else ""),
             "machine": f"{platform.machine()} CPU, {os.cpu_count()} cores, torch {torch.__version__}",
             "date": time.strftime("%Y-%m-%d"),
             "train_minutes": timing.get("train_minutes", math.nan),
