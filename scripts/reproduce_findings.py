@@ -591,7 +591,7 @@ def report(out: Path, docs: Path, plan: dict, meta: dict) -> None:
             f"{b['ao_vs_ar_time_ratio']:.2f}; AR time / AO(T=n/4) time = {b['ao_quarter_vs_ar_speedup']:.2f}. "
             "Verdict on Finding 8's 25x: **not reproduced at this scale** -- a 4-layer, 128-wide model on 2 CPU "
             "threads spends its time on fixed per-step costs (Python, dispatch, many tiny matmuls), not on the work "
-            "the KV cache saves; `docs/benchmarks.md` has the sampler benchmark on the 124M model.\n"
+            "the KV cache saves; `docs/benchmarks.md` has the sampler benchmark on the `small` (GPT-2-small-sized) model.\n"
         )
     docs.write_text("".join(L))
     log(f"wrote {docs} and {docs_dir}/*.png")
