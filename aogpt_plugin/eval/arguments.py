@@ -11,6 +11,14 @@ from ..errors import UserError
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
+def add_runtime_args(p) -> None:
+    """Where and how a scoring command runs, and how it reports: the same four flags on each command."""
+    p.add_argument("--device", default=None, help="default: cuda if available, else cpu")
+    p.add_argument("--dtype", choices=tuple(DTYPES), default="float32")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p.add_argument("--no-progress", action="store_true", help="no tqdm bar")
+
+
 def require_at_least(flag: str, value: int | None, low: int, meaning: str) -> None:
     if value is not None and value < low:
         raise UserError(f"{flag} {value}: {meaning} must be >= {low}")

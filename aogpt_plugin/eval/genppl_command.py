@@ -7,7 +7,7 @@ import sys
 import time
 
 from ..errors import UserError
-from .arguments import DTYPES, Reporter, require_at_least, resolve_device
+from .arguments import DTYPES, Reporter, add_runtime_args, require_at_least, resolve_device
 from .genppl import TOKEN_MODES
 
 
@@ -34,10 +34,7 @@ def add_to(subparsers) -> None:
     g.add_argument("--top-k", type=int, default=None)
     g.add_argument("--seed", type=int, default=0, help="sampler seed; batch b of --batch-size samples uses (seed, b)")
     g.add_argument("--save-samples", metavar="FILE", default=None, help="also write the samples (sampler --json form)")
-    p.add_argument("--device", default=None, help="default: cuda if available, else cpu")
-    p.add_argument("--dtype", choices=tuple(DTYPES), default="float32")
-    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    p.add_argument("--no-progress", action="store_true", help="no tqdm bar")
+    add_runtime_args(p)
     p.set_defaults(run=run)
 
 

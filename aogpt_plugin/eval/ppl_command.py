@@ -7,7 +7,7 @@ import sys
 import time
 
 from ..errors import UserError
-from .arguments import DTYPES, Reporter, check_tokenizer_matches, require_at_least, resolve_device
+from .arguments import DTYPES, Reporter, add_runtime_args, check_tokenizer_matches, require_at_least, resolve_device
 from .benchmarks import BENCHMARKS, check_dataset_arg, load_documents
 from .data_command import PROTOCOL_SEQ_LEN
 from .orders import ORDER_KINDS
@@ -26,10 +26,7 @@ def add_to(subparsers) -> None:
     p.add_argument("--seq-len", type=int, default=None, help="chunk length n (default 1024, capped at the model's)")
     p.add_argument("--batch-size", type=int, default=8, help="sequences per forward (ensemble: x seq-len slots)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random orders and context permutations")
-    p.add_argument("--device", default=None, help="default: cuda if available, else cpu")
-    p.add_argument("--dtype", choices=tuple(DTYPES), default="float32")
-    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    p.add_argument("--no-progress", action="store_true", help="no tqdm bar")
+    add_runtime_args(p)
     p.set_defaults(run=run)
 
 
