@@ -33,6 +33,7 @@ def ar_generate(
     sampling: SamplingParams | None = None,
     generator: torch.Generator | None = None,
     backend: str = "sdpa",
+    linears: str = "auto",
 ) -> ARResult:
     """x_0 from [None], then x_j from slot j reading x_{j-1}; slot j is conditioned on target j."""
     sampling = (sampling or SamplingParams()).validate()
@@ -40,7 +41,7 @@ def ar_generate(
     device = model.tok_embeddings.weight.device
     synchronize(device)
     start_time = time.perf_counter()
-    decoder = CachedDecoder(model, batch, slots=length + 1, backend=backend)
+    decoder = CachedDecoder(model, batch, slots=length + 1, backend=backend, linears=linears)
     tokens = torch.zeros(batch, length, dtype=torch.long, device=device)
     prev = torch.zeros(batch, 1, dtype=torch.long, device=device)
     one = torch.ones(batch, dtype=torch.long)

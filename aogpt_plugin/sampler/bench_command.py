@@ -27,6 +27,7 @@ from .bench_docs import DEFAULT_DOCS, write_rows
 from .device import device_name, resolve_device, resolve_dtype, synchronize
 from .encoder_mdm import build_encoder_mdm, encoder_generate
 from .generate import SampleConfig, generate, noise_generator
+from .linears import resolve_linear_kernel
 
 
 def add_to(subparsers) -> None:
@@ -37,6 +38,9 @@ def add_to(subparsers) -> None:
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:N")
     p.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 (default: bf16 on cuda, else fp32)")
     p.add_argument("--backend", choices=("auto", "sdpa", "flex"), default="auto", help="AO/AR attention backend")
+    p.add_argument(
+        "--linears", choices=("auto", "aten", "onednn"), default="auto", help="Linear kernels of all three (linears.py)"
+    )
     p.add_argument("--threads", type=int, default=None, help="CPU intra-op threads (default: torch's choice)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--write-docs", action="store_true", help=f"add this run's rows to {DEFAULT_DOCS}")
@@ -75,7 +79,7 @@ def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def run_bench(flavor: str, n: int, batch: int, device, dtype, backend: str = "auto") -> dict:
+def run_bench(flavor: str, n: int, batch: int, device, dtype, backend: str = "auto", linears: str = "auto") -> dict:
     """Timings (seconds) and forward-pass counts of every variant, plus the headline ratios."""
     steps = step_values(n)
     ao = build_decoder(flavor, "adaln", device, dtype)
@@ -83,18 +87,20 @@ def run_bench(flavor: str, n: int, batch: int, device, dtype, backend: str = "au
     enc = build_encoder_mdm(FLAVORS[flavor], device, dtype)
 
     def ao_run(t: int):
-        return generate(ao, SampleConfig(length=n, steps=t, num_samples=batch, seed=1, backend=backend))
+        return generate(
+            ao, SampleConfig(length=n, steps=t, num_samples=batch, seed=1, backend=backend, linears=linears)
+        )
 
     def enc_run(t: int):
-        return encoder_generate(enc, n, t, batch, seed=1)
+        return encoder_generate(enc, n, t, batch, seed=1, linears=linears)
 
     def ar_run():
-        return ar_generate(ar, n, batch, generator=noise_generator(1, device), backend=backend)
+        return ar_generate(ar, n, batch, generator=noise_generator(1, device), backend=backend, linears=linears)
 
     _log(f"bench sampler: {flavor} n={n} batch={batch} on {device_name(device)}; warm-up")
     ao_run(steps[-1])
     ao_run(steps[0])
-    encoder_generate(enc, n, min(2, n), batch, seed=1)
+    encoder_generate(enc, n, min(2, n), batch, seed=1, linears=linears)
     ar_run()
     synchronize(device)
     out: dict = {"ao": {}, "encoder": {}}
@@ -118,6 +124,7 @@ def run_bench(flavor: str, n: int, batch: int, device, dtype, backend: str = "au
         "device": device_name(device),
         "dtype": str(dtype).removeprefix("torch."),
         "backend": backend,
+        "linears": resolve_linear_kernel(linears, device, dtype),
         "steps": steps,
         "ao_seconds": {str(t): round(v["seconds"], 4) for t, v in out["ao"].items()},
         "ao_forward_passes": {str(t): v["forward_passes"] for t, v in out["ao"].items()},
@@ -145,7 +152,8 @@ def run(args) -> int:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype or ("bfloat16" if device.type == "cuda" else "float32"))
-    result = run_bench(args.flavor, args.n, args.batch, device, dtype, args.backend)
+    resolve_linear_kernel(args.linears, device, dtype)  # a bad combination fails before any model is built
+    result = run_bench(args.flavor, args.n, args.batch, device, dtype, args.backend, args.linears)
     argv = [f"--flavor {args.flavor}", f"--n {args.n}", f"--batch {args.batch}"]
     if args.device != "auto":
         argv.append(f"--device {args.device}")
@@ -153,6 +161,8 @@ def run(args) -> int:
         argv.append(f"--dtype {args.dtype}")
     if args.backend != "auto":
         argv.append(f"--backend {args.backend}")
+    if args.linears != "auto":
+        argv.append(f"--linears {args.linears}")
     if args.threads is not None:
         argv.append(f"--threads {args.threads}")
     if args.json:
@@ -166,7 +176,9 @@ def run(args) -> int:
         print(json.dumps(result))
         return 0
     n = args.n
-    print(f"{args.flavor} n={n} batch={args.batch} on {result['device']} ({result['dtype']})")
+    print(
+        f"{args.flavor} n={n} batch={args.batch} on {result['device']} ({result['dtype']}, {result['linears']} linears)"
+    )
     for t in result["steps"]:
         print(
             f"  T={t:5d}  ao {result['ao_seconds'][str(t)]:9.3f} s ({result['ao_forward_passes'][str(t)]} fwd)"

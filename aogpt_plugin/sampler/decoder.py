@@ -3,7 +3,8 @@
 A slot is described exactly as in training: the token it reads and that token's position (or the
 [None] start slot), plus the target position it is conditioned on. New keys/values are written
 into the cache first, then the slots attend over the cache under the step's mask -- so nothing is
-concatenated or reallocated per step.
+concatenated or reallocated per step. The layers are those of the model's decode view
+(decode_view.py: adaLN as per-position tables, packed Linears on CPU).
 """
 
 from __future__ import annotations
@@ -12,15 +13,17 @@ import torch
 
 from ..model import AOGPT
 from .attention import flex_attend, resolve_backend, sdpa_attend
+from .decode_view import decode_model
 from .kv_cache import KVCache
 from .masks import FlexStepMask, dense_mask
 
 
 class CachedDecoder:
-    def __init__(self, model: AOGPT, batch: int, slots: int, backend: str = "auto"):
+    def __init__(self, model: AOGPT, batch: int, slots: int, backend: str = "auto", linears: str = "auto"):
         args = model.model_args
         weight = model.tok_embeddings.weight
-        self.model, self.batch = model, batch
+        self.view = decode_model(model, linears)
+        self.model, self.batch = self.view.model, batch
         self.device = weight.device
         self.backend = resolve_backend(backend, self.device, args.head_dim)
         self.cache = KVCache(args.n_layers, batch, args.n_heads, slots, args.head_dim, weight.dtype, self.device)
@@ -31,11 +34,13 @@ class CachedDecoder:
         self, tokens: torch.Tensor, positions: torch.Tensor, is_start: torch.Tensor, targets: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Slot inputs and conditioning, all (B, W): the token read at `positions` (or [None] where
-        `is_start`), conditioned on target position `targets`."""
+        `is_start`), conditioned on target position `targets` (as the indices (B, W, 1) that the
+        view's adaLN tables look up, or the model's own conditioning vectors)."""
         model = self.model
         h = model.embed_tokens(tokens, positions.clamp(min=0))
         h = torch.where(is_start.unsqueeze(-1), model.start_embedding(), h)
-        return h + model.input_shift(targets), model.condition(targets)
+        cond = targets.unsqueeze(-1) if self.view.tabled else model.condition(targets)
+        return h + model.input_shift(targets), cond
 
     # ---- masks ----------------------------------------------------------------------------
     def step_mask(self, cache_len: torch.Tensor, pending: torch.Tensor, width: torch.Tensor, q_len: int):

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from ..model import AOGPTModelArgs
 from ..model.model import TransformerBlock
+from .decode_view import decode_model
 from .device import synchronize
 from .generate import plan_generator
 from .orders import generation_orders
@@ -87,10 +88,12 @@ def encoder_generate(
     counts: str = "deterministic",
     sampling: SamplingParams | None = None,
     seed: int = 0,
+    linears: str = "auto",
 ) -> EncoderResult:
     """The standard MDM sampler: start all-[MASK]; each step is one full forward over all n slots."""
     sampling = (sampling or SamplingParams()).validate()
     device = model.output.weight.device
+    model = decode_model(model, linears).model  # the same Linear kernels as the AO sampler (linears.py)
     plan_gen = plan_generator(seed)
     orders = generation_orders(length, batch, None, "random", plan_gen).to(device)
     per_step = step_counts(length, steps, batch, schedule, counts, plan_gen)

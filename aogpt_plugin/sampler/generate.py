@@ -31,6 +31,7 @@ from ..model import AOGPT
 from .attention import BACKENDS
 from .decoder import CachedDecoder
 from .device import synchronize
+from .linears import LINEAR_KERNELS
 from .orders import ORDERS, generation_orders
 from .prompt import Prompt
 from .sampling import SamplingParams, sample_tokens
@@ -48,6 +49,7 @@ class SampleConfig:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     seed: int = 0
     backend: str = "auto"  # auto | sdpa | flex
+    linears: str = "auto"  # auto | aten | onednn (linears.py)
 
     def validate(self, max_positions: int, prompt: Prompt | None = None, vocab_size: int | None = None):
         """Checks every value against the model; raises UserError naming the first bad one."""
@@ -60,6 +62,7 @@ class SampleConfig:
             ("schedule", self.schedule, SCHEDULES),
             ("counts", self.counts, COUNTS),
             ("backend", self.backend, BACKENDS),
+            ("linears", self.linears, LINEAR_KERNELS),
         ):
             if value not in allowed:
                 raise UserError(f"{name}={value!r} is not supported; allowed: {', '.join(allowed)}")
@@ -139,7 +142,7 @@ def generate(
 
     synchronize(device)
     start_time = time.perf_counter()
-    decoder = CachedDecoder(model, batch, slots=n + 1, backend=config.backend)
+    decoder = CachedDecoder(model, batch, slots=n + 1, backend=config.backend, linears=config.linears)
     scratch = n  # cache slot and token column that padding writes to
     order_dev = orders.to(device)
     in_order = torch.zeros(batch, n + 1, dtype=torch.long, device=device)  # in_order[:, j] = x[sigma(j)]
