@@ -15,7 +15,7 @@ import torch
 from ..model import AOGPT
 from .decoder import CachedDecoder
 from .device import synchronize
-from .sampling import SamplingParams, sample_tokens
+from .sampling import SamplingParams, noise_workspace, sample_tokens
 
 
 @dataclass
@@ -44,6 +44,7 @@ def ar_generate(
     decoder = CachedDecoder(model, batch, slots=length + 1, backend=backend, linears=linears)
     tokens = torch.zeros(batch, length, dtype=torch.long, device=device)
     prev = torch.zeros(batch, 1, dtype=torch.long, device=device)
+    workspace = noise_workspace(batch, vocab, device)
     one = torch.ones(batch, dtype=torch.long)
     for j in range(length):
         position = torch.full((batch, 1), j - 1, dtype=torch.long, device=device)
@@ -54,7 +55,7 @@ def ar_generate(
         else:
             mask, kv_len = None, j + 1
         h = decoder.forward(h, cond, j, mask, kv_len)
-        prev = sample_tokens(decoder.logits(h, cond), vocab, sampling, generator)
+        prev = sample_tokens(decoder.logits(h, cond), vocab, sampling, generator, workspace)
         tokens[:, j] = prev[:, 0]
     tokens = tokens.cpu()
     synchronize(device)

@@ -24,7 +24,7 @@ from .decode_view import decode_model
 from .device import synchronize
 from .generate import plan_generator
 from .orders import generation_orders
-from .sampling import SamplingParams, sample_tokens
+from .sampling import SamplingParams, noise_workspace, sample_tokens
 from .schedule import step_counts
 
 
@@ -102,6 +102,7 @@ def encoder_generate(
     start_time = time.perf_counter()
     x = torch.full((batch, length + 1), model.mask_id, dtype=torch.long, device=device)  # column n: scratch
     known = torch.zeros(batch, dtype=torch.long)
+    workspace = noise_workspace(batch * int(per_step.max()), model.model_args.vocab_size, device)
     forward_passes = 0
     for step in range(steps):
         new = per_step[:, step]
@@ -111,7 +112,7 @@ def encoder_generate(
         at = orders.gather(1, torch.clamp(known[:, None] + r, max=length - 1).to(device))
         h = model.hidden(x[:, :length])
         h = h.gather(1, at.unsqueeze(-1).expand(-1, -1, h.shape[-1]))
-        tokens = sample_tokens(model.output(h), model.model_args.vocab_size, sampling, noise)
+        tokens = sample_tokens(model.output(h), model.model_args.vocab_size, sampling, noise, workspace)
         x.scatter_(1, torch.where((r < new[:, None]).to(device), at, length), tokens)
         known += new
         forward_passes += 1

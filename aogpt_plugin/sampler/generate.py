@@ -34,7 +34,7 @@ from .device import synchronize
 from .linears import LINEAR_KERNELS
 from .orders import ORDERS, generation_orders
 from .prompt import Prompt
-from .sampling import SamplingParams, sample_tokens
+from .sampling import SamplingParams, noise_workspace, sample_tokens
 from .schedule import COUNTS, SCHEDULES, step_counts
 
 
@@ -143,6 +143,7 @@ def generate(
     synchronize(device)
     start_time = time.perf_counter()
     decoder = CachedDecoder(model, batch, slots=n + 1, backend=config.backend, linears=config.linears)
+    workspace = noise_workspace(batch * int(counts.max()), args.vocab_size, device)
     scratch = n  # cache slot and token column that padding writes to
     order_dev = orders.to(device)
     in_order = torch.zeros(batch, n + 1, dtype=torch.long, device=device)  # in_order[:, j] = x[sigma(j)]
@@ -178,7 +179,7 @@ def generate(
         mask, kv_len = decoder.step_mask(cache_len, pending, width, q_len)
         h = decoder.forward(h, cond, write, mask, kv_len)
         logits = decoder.logits(h, cond, rows.to(device))
-        tokens = sample_tokens(logits, args.vocab_size, config.sampling, noise)
+        tokens = sample_tokens(logits, args.vocab_size, config.sampling, noise, workspace)
         forward_passes += 1
 
         r = torch.arange(out_len)

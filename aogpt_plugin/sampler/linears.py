@@ -1,11 +1,11 @@
 """Which kernel runs the sampler's Linears: aten's addmm, or oneDNN with weights packed once (CPU).
 
 A decode step multiplies every weight by a handful of rows (1 per sample at T=n, 2b-1 when a step
-unmasks b tokens). On CPU in torch 2.13, aten's fp32 addmm picks a poor kernel for 2-16 rows: over
-the small model's 523 MB of Linear weights, 7 rows took 122 ms with aten and 56 ms with oneDNN on a
-prepacked weight, 1 row 48 vs 33 ms (2 threads; docs/benchmarks.md has the command). Inductor's
-`freezing` uses the same two ops (`mkldnn._reorder_linear_weight`, `mkldnn._linear_pointwise`);
-here they run in eager mode, so nothing is compiled. decode_view.py swaps them in.
+unmasks b tokens). On CPU in torch 2.13, aten's fp32 addmm picks a poor kernel for 2-16 rows, and
+oneDNN on a prepacked weight was faster at every row count measured (docs/benchmarks.md, from
+`scripts/bench_linears.py`). Inductor's `freezing` uses the same two ops
+(`mkldnn._reorder_linear_weight`, `mkldnn._linear_pointwise`); here they run in eager mode, so
+nothing is compiled. decode_view.py swaps them in.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A slot's adaLN shift/scale/gate depend on nothing but its target position t: Linear(SiLU(E[t])).
 So the sampler computes them once for every position (max_seq_len x 6d per block, 226 MB for the
 small model in float32) and each step gathers one row per slot, instead of running 12 + 1 small
-Linears per step whose cost is reading their weights (about 2.4 ms per step on 2 CPU threads).
+Linears per step, each of which has to read its whole weight for a few rows.
 """
 
 from __future__ import annotations

@@ -46,7 +46,9 @@ def top_p_keep(scores: torch.Tensor, top_p: float) -> torch.Tensor:
 
 def filtered_scores(logits: torch.Tensor, vocab_size: int, params: SamplingParams) -> torch.Tensor:
     """float64 log-weights over the real vocabulary after temperature, top-k and top-p (-inf = dropped)."""
-    scores = logits[..., :vocab_size].double() / params.temperature
+    scores = logits[..., :vocab_size].to(torch.float64, copy=True)
+    if params.temperature != 1.0:
+        scores.div_(params.temperature)
     if params.top_k is not None and params.top_k < vocab_size:
         kth = scores.topk(params.top_k, dim=-1).values[..., -1:]
         scores = scores.masked_fill(scores < kth, float("-inf"))
@@ -55,17 +57,35 @@ def filtered_scores(logits: torch.Tensor, vocab_size: int, params: SamplingParam
     return scores
 
 
-def gumbel_argmax(scores: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+def gumbel_argmax(
+    scores: torch.Tensor, generator: torch.Generator | None = None, workspace: torch.Tensor | None = None
+) -> torch.Tensor:
     """One categorical draw per row of softmax(scores): argmax(scores + Gumbel) with float64 noise.
 
-    u in [0, 1) gives -log(-log u) in [-inf, +inf): no NaN even for -inf scores.
+    u in [0, 1) gives -log(-log u) in [-inf, +inf): no NaN even for -inf scores. The noise is made
+    in place, in `workspace` (a flat float64 tensor of at least scores.numel() elements) when given:
+    a decode loop then reuses one buffer instead of faulting in fresh pages for every draw (on CPU
+    that is a large part of a wide draw's cost). The draws are the same either way.
     """
-    u = torch.rand(scores.shape, dtype=torch.float64, device=scores.device, generator=generator)
-    return (scores - torch.log(-torch.log(u))).argmax(dim=-1)
+    if workspace is None:
+        noise = torch.empty(scores.shape, dtype=torch.float64, device=scores.device)
+    else:
+        noise = workspace[: scores.numel()].view(scores.shape)
+    noise.uniform_(generator=generator).log_().neg_().log_().neg_()
+    return noise.add_(scores).argmax(dim=-1)
 
 
 def sample_tokens(
-    logits: torch.Tensor, vocab_size: int, params: SamplingParams, generator: torch.Generator | None = None
+    logits: torch.Tensor,
+    vocab_size: int,
+    params: SamplingParams,
+    generator: torch.Generator | None = None,
+    workspace: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Token ids (logits.shape[:-1]) drawn from the filtered, tempered distribution."""
-    return gumbel_argmax(filtered_scores(logits, vocab_size, params), generator)
+    return gumbel_argmax(filtered_scores(logits, vocab_size, params), generator, workspace)
+
+
+def noise_workspace(rows: int, vocab_size: int, device: torch.device | str) -> torch.Tensor:
+    """The flat float64 buffer `gumbel_argmax` draws into for up to `rows` tokens at a time."""
+    return torch.empty(rows * vocab_size, dtype=torch.float64, device=device)

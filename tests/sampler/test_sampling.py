@@ -7,7 +7,14 @@ import torch
 from scipy import stats
 
 from aogpt_plugin.errors import UserError
-from aogpt_plugin.sampler.sampling import SamplingParams, filtered_scores, gumbel_argmax, sample_tokens, top_p_keep
+from aogpt_plugin.sampler.sampling import (
+    SamplingParams,
+    filtered_scores,
+    gumbel_argmax,
+    noise_workspace,
+    sample_tokens,
+    top_p_keep,
+)
 
 
 def chi_square_p(draws: torch.Tensor, probs: torch.Tensor) -> float:
@@ -89,3 +96,18 @@ def test_top_k():
 def test_bad_params_rejected(params):
     with pytest.raises(UserError):
         params.validate()
+
+
+def test_workspace_gives_the_same_draws_and_leaves_inputs_alone():
+    logits = torch.randn(3, 4, 70, dtype=torch.float64)
+    kept = logits.clone()
+    workspace = noise_workspace(3 * 4 * 2, 70, "cpu")  # larger than one draw needs: a prefix is used
+    params = SamplingParams(temperature=0.7)
+    for seed in range(3):
+        plain = sample_tokens(logits, 64, params, torch.Generator().manual_seed(seed))
+        reused = sample_tokens(logits, 64, params, torch.Generator().manual_seed(seed), workspace)
+        assert torch.equal(plain, reused)
+    scores = filtered_scores(logits, 64, params)
+    scores_kept = scores.clone()
+    gumbel_argmax(scores, torch.Generator().manual_seed(0), workspace)
+    assert torch.equal(logits, kept) and torch.equal(scores, scores_kept)
