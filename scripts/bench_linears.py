@@ -20,12 +20,12 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
+import torch.nn as nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from aogpt_plugin.model.flavors import FLAVORS  # noqa: E402
-from aogpt_plugin.sampler.linears import PACK_ROWS_HINT  # noqa: E402
+from aogpt_plugin.sampler.linears import PackedLinear  # noqa: E402
 
 
 def decode_linear_shapes(flavor: str) -> list[tuple[int, int]]:
@@ -45,17 +45,15 @@ def bench(flavor: str, rows: list[int], passes: int) -> dict:
     """Median ms per pass; row counts and kernels interleaved in every round, so drift hits all."""
     torch.manual_seed(0)
     shapes = decode_linear_shapes(flavor)
-    weights = [(torch.randn(o, i) * 0.02, torch.zeros(o)) for i, o in shapes]
-    packed = [(torch.ops.mkldnn._reorder_linear_weight(w, PACK_ROWS_HINT), b) for w, b in weights]
+    with torch.no_grad():
+        linears = [nn.Linear(i, o).requires_grad_(False) for i, o in shapes]
+        packed = [PackedLinear(lin) for lin in linears]
     runs = {}
     for m in rows:
-        xs = {i: torch.randn(m, i) for i, _ in shapes}
+        xs = [torch.randn(m, i) for i, _ in shapes]
         runs[m] = {
-            "aten": lambda xs=xs: [F.linear(xs[w.shape[1]], w, b) for w, b in weights],
-            "onednn": lambda xs=xs: [
-                torch.ops.mkldnn._linear_pointwise(xs[i], p, b, "none", [], "")
-                for (i, _), (p, b) in zip(shapes, packed, strict=True)
-            ],
+            "aten": lambda xs=xs: [lin(x) for lin, x in zip(linears, xs, strict=True)],
+            "onednn": lambda xs=xs: [lin(x) for lin, x in zip(packed, xs, strict=True)],
         }
     times = {m: {k: [] for k in kernels} for m, kernels in runs.items()}
     for round_ in range(passes + 1):  # round 0 warms up
@@ -65,7 +63,8 @@ def bench(flavor: str, rows: list[int], passes: int) -> dict:
                 if round_:
                     times[m][k].append(ms)
     ms = {m: {k: round(statistics.median(v), 2) for k, v in per.items()} for m, per in times.items()}
-    return {"flavor": flavor, "weights_mb": round(sum(w.numel() for w, _ in weights) * 4 / 1e6, 1), "ms": ms}
+    weights_mb = sum(lin.weight.numel() for lin in linears) * 4 / 1e6
+    return {"flavor": flavor, "weights_mb": round(weights_mb, 1), "ms": ms}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,7 +27,7 @@ from .bench_docs import DEFAULT_DOCS, write_rows
 from .device import device_name, resolve_device, resolve_dtype, synchronize
 from .encoder_mdm import build_encoder_mdm, encoder_generate
 from .generate import SampleConfig, generate, noise_generator
-from .linears import resolve_linear_kernel
+from .linears import LINEAR_KERNELS, resolve_linear_kernel
 
 
 def add_to(subparsers) -> None:
@@ -38,9 +38,7 @@ def add_to(subparsers) -> None:
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:N")
     p.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 (default: bf16 on cuda, else fp32)")
     p.add_argument("--backend", choices=("auto", "sdpa", "flex"), default="auto", help="AO/AR attention backend")
-    p.add_argument(
-        "--linears", choices=("auto", "aten", "onednn"), default="auto", help="Linear kernels of all three (linears.py)"
-    )
+    p.add_argument("--linears", choices=LINEAR_KERNELS, default="auto", help="Linear kernels of all three (linears.py)")
     p.add_argument("--threads", type=int, default=None, help="CPU intra-op threads (default: torch's choice)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--write-docs", action="store_true", help=f"add this run's rows to {DEFAULT_DOCS}")
@@ -79,8 +77,9 @@ def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def run_bench(flavor: str, n: int, batch: int, device, dtype, backend: str = "auto", linears: str = "auto") -> dict:
-    """Timings (seconds) and forward-pass counts of every variant, plus the headline ratios."""
+def run_bench(flavor: str, n: int, batch: int, device, dtype, backend: str = "auto", linears: str = "aten") -> dict:
+    """Timings (seconds) and forward-pass counts of every variant, plus the headline ratios.
+    `linears` is a resolved kernel (aten | onednn, see linears.resolve_linear_kernel)."""
     steps = step_values(n)
     ao = build_decoder(flavor, "adaln", device, dtype)
     ar = build_decoder(flavor, "none", device, dtype)
@@ -124,7 +123,7 @@ def run_bench(flavor: str, n: int, batch: int, device, dtype, backend: str = "au
         "device": device_name(device),
         "dtype": str(dtype).removeprefix("torch."),
         "backend": backend,
-        "linears": resolve_linear_kernel(linears, device, dtype),
+        "linears": linears,
         "steps": steps,
         "ao_seconds": {str(t): round(v["seconds"], 4) for t, v in out["ao"].items()},
         "ao_forward_passes": {str(t): v["forward_passes"] for t, v in out["ao"].items()},
@@ -152,8 +151,8 @@ def run(args) -> int:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype or ("bfloat16" if device.type == "cuda" else "float32"))
-    resolve_linear_kernel(args.linears, device, dtype)  # a bad combination fails before any model is built
-    result = run_bench(args.flavor, args.n, args.batch, device, dtype, args.backend, args.linears)
+    linears = resolve_linear_kernel(args.linears, device, dtype)  # a bad combination fails before any model is built
+    result = run_bench(args.flavor, args.n, args.batch, device, dtype, args.backend, linears)
     argv = [f"--flavor {args.flavor}", f"--n {args.n}", f"--batch {args.batch}"]
     if args.device != "auto":
         argv.append(f"--device {args.device}")

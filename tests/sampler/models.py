@@ -6,6 +6,11 @@ changes sampled tokens, not just the 5th decimal of near-equal logits.
 
 from __future__ import annotations
 
+import pytest
+import torch
+
+needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
+
 
 def build_model(conditioning: str = "adaln", vocab_size: int = 61, max_seq_len: int = 40, scale: float = 8.0, seed=0):
     from conftest import tiny_model

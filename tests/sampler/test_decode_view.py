@@ -15,9 +15,7 @@ from aogpt_plugin.sampler.encoder_mdm import build_encoder_mdm, encoder_generate
 from aogpt_plugin.sampler.linears import PackedLinear
 from aogpt_plugin.sampler.modulation import ModulationTable
 
-from .models import build_model
-
-needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
+from .models import build_model, needs_onednn
 
 
 def _close_traces(a, b):

@@ -11,7 +11,7 @@ from aogpt_plugin.errors import UserError
 from aogpt_plugin.sampler import SampleConfig
 from aogpt_plugin.sampler.linears import PackedLinear, resolve_linear_kernel
 
-needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
+from .models import needs_onednn
 
 
 @needs_onednn
