@@ -4,7 +4,9 @@ All three use random weights of one flavor (timing does not depend on the weight
   ao       - AO-GPT (adaLN) with the cached any-order sampler, T in {n, n/4, n/16}
   encoder  - the bidirectional MDM of the same width/depth, T full-sequence forwards, same T values
   ar       - a plain causal GPT of the same backbone (conditioning=none), KV-cache decode, n steps
-Each is run once untimed first (warm-up: allocator, kernels, flex compile), then timed once.
+Each is run once untimed first (warm-up: allocator, kernels, flex compile). Then --repeats rounds
+each time every variant once, in turn, so drift on a shared machine hits all of them alike; seconds
+are medians over the rounds, and each ratio is the median of its per-round ratios (with their range).
 Issue-3 goals, reported and never asserted: encoder / AO at T=n >= 25x on GPU (>= 40x on CPU at
 small, n=256); AO at T=n / AR <= 1.15; AR / AO at T=n/4 >= 3.
 """
@@ -15,6 +17,7 @@ import argparse
 import dataclasses
 import json
 import os
+import statistics
 import sys
 
 import torch
@@ -40,6 +43,7 @@ def add_to(subparsers) -> None:
     p.add_argument("--backend", choices=("auto", "sdpa", "flex"), default="auto", help="AO/AR attention backend")
     p.add_argument("--linears", choices=LINEAR_KERNELS, default="auto", help="Linear kernels of all three (linears.py)")
     p.add_argument("--threads", type=int, default=None, help="CPU intra-op threads (default: torch's choice)")
+    p.add_argument("--repeats", type=int, default=3, help="timed rounds of every variant (default 3)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--write-docs", action="store_true", help=f"add this run's rows to {DEFAULT_DOCS}")
     p.add_argument("--docs", default=None, help=argparse.SUPPRESS)  # another markdown file (tests)
@@ -61,6 +65,8 @@ def check_args(args) -> None:
         raise UserError(f"--batch {args.batch} must be >= 1")
     if args.threads is not None and args.threads < 1:
         raise UserError(f"--threads {args.threads} must be >= 1")
+    if args.repeats < 1:
+        raise UserError(f"--repeats {args.repeats} must be >= 1")
 
 
 def build_decoder(flavor: str, conditioning: str, device, dtype) -> AOGPT:
@@ -77,9 +83,34 @@ def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def run_bench(flavor: str, n: int, batch: int, device, dtype, backend: str = "auto", linears: str = "aten") -> dict:
-    """Timings (seconds) and forward-pass counts of every variant, plus the headline ratios.
-    `linears` is a resolved kernel (aten | onednn, see linears.resolve_linear_kernel)."""
+def headline_ratios(seconds: dict[str, float], n: int) -> dict[str, float]:
+    """The issue-3 ratios of one round; `seconds` maps "ao T", "encoder T" and "ar" to seconds."""
+    quarter = max(1, n // 4)
+    return {
+        "ao_vs_encoder_speedup": seconds[f"encoder {n}"] / seconds[f"ao {n}"],
+        "ao_vs_ar_time_ratio": seconds[f"ao {n}"] / seconds["ar"],
+        "ao_quarter_vs_ar_speedup": seconds["ar"] / seconds[f"ao {quarter}"],
+    }
+
+
+def summarize(rounds: list[dict[str, float]], n: int) -> dict:
+    """Median seconds per variant; per ratio, the median and [min, max] of its per-round values
+    (a round's variants ran back to back, so its ratios pair like with like)."""
+    medians = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
+    per_round = [headline_ratios(r, n) for r in rounds]
+    ratios, spread = {}, {}
+    for key in per_round[0]:
+        values = [r[key] for r in per_round]
+        ratios[key] = round(statistics.median(values), 3)
+        spread[key] = [round(min(values), 3), round(max(values), 3)]
+    return {"median_seconds": medians, "ratios": ratios, "ratio_range": spread}
+
+
+def run_bench(
+    flavor: str, n: int, batch: int, device, dtype, backend: str = "auto", linears: str = "aten", repeats: int = 1
+) -> dict:
+    """Median timings (seconds) over `repeats` interleaved rounds, forward-pass counts, and the
+    headline ratios. `linears` is a resolved kernel (aten | onednn, see linears.resolve_linear_kernel)."""
     steps = step_values(n)
     ao = build_decoder(flavor, "adaln", device, dtype)
     ar = build_decoder(flavor, "none", device, dtype)
@@ -96,26 +127,26 @@ def run_bench(flavor: str, n: int, batch: int, device, dtype, backend: str = "au
     def ar_run():
         return ar_generate(ar, n, batch, generator=noise_generator(1, device), backend=backend, linears=linears)
 
+    variants = {f"ao {t}": lambda t=t: ao_run(t) for t in steps}
+    variants["ar"] = ar_run
+    variants.update({f"encoder {t}": lambda t=t: enc_run(t) for t in steps})
+
     _log(f"bench sampler: {flavor} n={n} batch={batch} on {device_name(device)}; warm-up")
     ao_run(steps[-1])
     ao_run(steps[0])
     encoder_generate(enc, n, min(2, n), batch, seed=1, linears=linears)
     ar_run()
     synchronize(device)
-    out: dict = {"ao": {}, "encoder": {}}
-    for t in steps:
-        r = ao_run(t)
-        out["ao"][t] = {"seconds": r.seconds, "forward_passes": r.forward_passes}
-        _log(f"  ao      T={t:5d}: {r.seconds:8.3f} s  {r.forward_passes} forwards")
-    r = ar_run()
-    out["ar"] = {"seconds": r.seconds, "forward_passes": r.forward_passes}
-    _log(f"  ar      T={n:5d}: {r.seconds:8.3f} s  {r.forward_passes} forwards")
-    for t in steps:
-        r = enc_run(t)
-        out["encoder"][t] = {"seconds": r.seconds, "forward_passes": r.forward_passes}
-        _log(f"  encoder T={t:5d}: {r.seconds:8.3f} s  {r.forward_passes} forwards")
-    ao_n, ar_s = out["ao"][n]["seconds"], out["ar"]["seconds"]
-    quarter = max(1, n // 4)
+    rounds, forwards = [], {}
+    for i in range(repeats):
+        times = {}
+        for name, run_variant in variants.items():
+            r = run_variant()
+            times[name], forwards[name] = r.seconds, r.forward_passes
+            _log(f"  round {i + 1}/{repeats}  {name:12s}: {r.seconds:8.3f} s  {r.forward_passes} forwards")
+        rounds.append(times)
+    summary = summarize(rounds, n)
+    med = summary["median_seconds"]
     return {
         "flavor": flavor,
         "n": n,
@@ -124,20 +155,19 @@ def run_bench(flavor: str, n: int, batch: int, device, dtype, backend: str = "au
         "dtype": str(dtype).removeprefix("torch."),
         "backend": backend,
         "linears": linears,
+        "repeats": repeats,
         "steps": steps,
-        "ao_seconds": {str(t): round(v["seconds"], 4) for t, v in out["ao"].items()},
-        "ao_forward_passes": {str(t): v["forward_passes"] for t, v in out["ao"].items()},
-        "encoder_seconds": {str(t): round(v["seconds"], 4) for t, v in out["encoder"].items()},
-        "encoder_forward_passes": {str(t): v["forward_passes"] for t, v in out["encoder"].items()},
-        "ar_seconds": round(ar_s, 4),
-        "ar_forward_passes": out["ar"]["forward_passes"],
-        "ao_tokens_per_second": {str(t): round(n * batch / v["seconds"], 1) for t, v in out["ao"].items()},
-        "ao_vs_encoder_speedup": round(out["encoder"][n]["seconds"] / ao_n, 3),
-        "ao_vs_ar_time_ratio": round(ao_n / ar_s, 3),
-        "ao_quarter_vs_ar_speedup": round(ar_s / out["ao"][quarter]["seconds"], 3),
-        "encoder_vs_ao_speedup_by_T": {
-            str(t): round(out["encoder"][t]["seconds"] / out["ao"][t]["seconds"], 3) for t in steps
-        },
+        "ao_seconds": {str(t): round(med[f"ao {t}"], 4) for t in steps},
+        "ao_forward_passes": {str(t): forwards[f"ao {t}"] for t in steps},
+        "encoder_seconds": {str(t): round(med[f"encoder {t}"], 4) for t in steps},
+        "encoder_forward_passes": {str(t): forwards[f"encoder {t}"] for t in steps},
+        "ar_seconds": round(med["ar"], 4),
+        "ar_forward_passes": forwards["ar"],
+        "ao_tokens_per_second": {str(t): round(n * batch / med[f"ao {t}"], 1) for t in steps},
+        **summary["ratios"],
+        "ratio_range": summary["ratio_range"],
+        "encoder_vs_ao_speedup_by_T": {str(t): round(med[f"encoder {t}"] / med[f"ao {t}"], 3) for t in steps},
+        "rounds": [{k: round(v, 4) for k, v in r.items()} for r in rounds],
     }
 
 
@@ -152,8 +182,8 @@ def run(args) -> int:
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype or ("bfloat16" if device.type == "cuda" else "float32"))
     linears = resolve_linear_kernel(args.linears, device, dtype)  # a bad combination fails before any model is built
-    result = run_bench(args.flavor, args.n, args.batch, device, dtype, args.backend, linears)
-    argv = [f"--flavor {args.flavor}", f"--n {args.n}", f"--batch {args.batch}"]
+    result = run_bench(args.flavor, args.n, args.batch, device, dtype, args.backend, linears, args.repeats)
+    argv = [f"--flavor {args.flavor}", f"--n {args.n}", f"--batch {args.batch}", f"--repeats {args.repeats}"]
     if args.device != "auto":
         argv.append(f"--device {args.device}")
     if args.dtype:
@@ -185,7 +215,12 @@ def run(args) -> int:
             f"  encoder/ao {result['encoder_vs_ao_speedup_by_T'][str(t)]:7.2f}x"
         )
     print(f"  AR decode {result['ar_seconds']:.3f} s ({result['ar_forward_passes']} fwd)")
-    print(f"  encoder / AO at T=n:   {result['ao_vs_encoder_speedup']:.2f}x  (goal >= 25x GPU, >= 40x CPU)")
-    print(f"  AO at T=n / AR:        {result['ao_vs_ar_time_ratio']:.3f}   (goal <= 1.15)")
-    print(f"  AR / AO at T=n/4:      {result['ao_quarter_vs_ar_speedup']:.2f}x  (goal >= 3x)")
+    print(f"  medians of {args.repeats} rounds; ratios: median of the per-round ratios [min, max]")
+    lo_hi = result["ratio_range"]
+    for key, label, goal in (
+        ("ao_vs_encoder_speedup", "encoder / AO at T=n", "goal >= 25x GPU, >= 40x CPU"),
+        ("ao_vs_ar_time_ratio", "AO at T=n / AR", "goal <= 1.15"),
+        ("ao_quarter_vs_ar_speedup", "AR / AO at T=n/4", "goal >= 3x"),
+    ):
+        print(f"  {label:21s} {result[key]:7.3f}  [{lo_hi[key][0]:.3f}, {lo_hi[key][1]:.3f}]  ({goal})")
     return 0

@@ -19,6 +19,9 @@ INTRO = """## Sampler speed (`aogpt bench sampler`)
 Wall-clock seconds for one batch, random weights, one warm-up run first. AO = AO-GPT with the cached
 any-order sampler; encoder = bidirectional MDM of the same width/depth (T full-sequence forwards,
 no cache); AR = plain causal GPT of the same backbone with KV-cache decoding (n forwards).
+With `--repeats R` every round times each variant once, in turn: seconds are medians over the R
+rounds, and a ratio is the median of its R per-round ratios with their [min, max] after it.
+A command without `--repeats` was timed once (before the option existed).
 Goals (issue 3, not asserted): encoder/AO at T=n >= 25x on GPU and >= 40x on CPU (small, n=256);
 AO(T=n)/AR <= 1.15; AR/AO(T=n/4) >= 3.
 """
@@ -41,6 +44,15 @@ COLUMNS = (
 )
 
 
+def ratio_cell(result: dict, key: str, fmt: str) -> str:
+    """'2.94x', or '2.94x [2.80, 3.05]' when the run had several rounds."""
+    cell = fmt.format(result[key])
+    lo_hi = result.get("ratio_range", {}).get(key)
+    if result.get("repeats", 1) > 1 and lo_hi:
+        cell += " [" + ", ".join(fmt.format(v) for v in lo_hi) + "]"
+    return cell
+
+
 def format_row(result: dict) -> str:
     steps = [str(t) for t in result["steps"]]
     cells = [
@@ -61,9 +73,9 @@ def format_row(result: dict) -> str:
                 str(result["ar_forward_passes"]),
             ]
         ),
-        f"{result['ao_vs_encoder_speedup']:.2f}x",
-        f"{result['ao_vs_ar_time_ratio']:.3f}",
-        f"{result['ao_quarter_vs_ar_speedup']:.2f}x",
+        ratio_cell(result, "ao_vs_encoder_speedup", "{:.2f}x"),
+        ratio_cell(result, "ao_vs_ar_time_ratio", "{:.3f}"),
+        ratio_cell(result, "ao_quarter_vs_ar_speedup", "{:.2f}x"),
     ]
     return "| " + " | ".join(c.replace("|", "/") for c in cells) + " |"
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from aogpt_plugin.sampler.bench_command import step_values
 from aogpt_plugin.sampler.bench_docs import END, START, update_text
 
 RESULT = {
@@ -25,12 +24,6 @@ RESULT = {
 }
 
 
-def test_step_values():
-    assert step_values(256) == [256, 64, 16]
-    assert step_values(8) == [8, 2, 1]
-    assert step_values(2) == [2, 1]
-
-
 def test_section_created_then_rows_replaced_or_appended():
     before, after = "# Benchmarks\n\nSome text.\n", "\n## Later\nkept\n"
     text = update_text(before, RESULT)
@@ -41,3 +34,15 @@ def test_section_created_then_rows_replaced_or_appended():
     other = update_text(again, {**RESULT, "device": "NVIDIA H100"})  # another device: appended
     assert other.count("--flavor tiny --n 64") == 2
     assert other.startswith(before) and other.endswith(after)
+
+
+def test_ratio_cells_show_the_range_of_several_rounds():
+    single = update_text("", RESULT)
+    assert "| 30.00x | 1.053 | 3.17x |" in single  # one round: no range
+    ranges = {
+        "ao_vs_encoder_speedup": [29.5, 31.0],
+        "ao_vs_ar_time_ratio": [1.01, 1.1],
+        "ao_quarter_vs_ar_speedup": [3.05, 3.3],
+    }
+    text = update_text("", {**RESULT, "repeats": 3, "ratio_range": ranges})
+    assert "| 30.00x [29.50x, 31.00x] | 1.053 [1.010, 1.100] | 3.17x [3.05x, 3.30x] |" in text

@@ -1,4 +1,4 @@
-"""scripts/bench_linears.py runs, times both kernels at every row count, and refuses bad rows."""
+"""scripts/bench_linears.py runs, times every kernel asked for at every row count, and refuses bad input."""
 
 from __future__ import annotations
 
@@ -26,7 +26,22 @@ def test_reports_both_kernels_per_row_count():
     assert all(v["aten"] > 0 and v["onednn"] > 0 for v in result["ms"].values())
 
 
-def test_bad_rows_are_one_line_errors():
-    done = run("--rows", "1,x")
+@pytest.mark.skipif(not torch.backends.mkl.is_available(), reason="torch built without MKL")
+def test_mkl_kernel_matches_rows_it_was_packed_for():
+    done = run("--flavor", "debugmodel", "--rows", "2", "--passes", "1", "--threads", "1", "--kernels", "mkl", "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["kernels"] == ["mkl"] and result["ms"]["2"]["mkl"] > 0
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--rows", "1,x"), "--rows '1,x' is not a comma-separated list of integers"),
+        (("--kernels", "aten,cublas"), "--kernels 'aten,cublas' is not a comma list of aten, onednn, mkl"),
+    ],
+)
+def test_bad_arguments_are_one_line_errors(args, message):
+    done = run(*args)
     assert done.returncode == 2
-    assert "--rows '1,x' is not a comma-separated list of integers" in done.stderr.strip().splitlines()[-1]
+    assert message in done.stderr.strip().splitlines()[-1]
