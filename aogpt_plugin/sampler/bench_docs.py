@@ -21,7 +21,6 @@ any-order sampler; encoder = bidirectional MDM of the same width/depth (T full-s
 no cache); AR = plain causal GPT of the same backbone with KV-cache decoding (n forwards).
 With `--repeats R` every round times each variant once, in turn: seconds are medians over the R
 rounds, and a ratio is the median of its R per-round ratios with their [min, max] after it.
-A command without `--repeats` was timed once (before the option existed).
 Goals (issue 3, not asserted): encoder/AO at T=n >= 25x on GPU and >= 40x on CPU (small, n=256);
 AO(T=n)/AR <= 1.15; AR/AO(T=n/4) >= 3.
 """
@@ -45,7 +44,7 @@ COLUMNS = (
 
 
 def ratio_cell(result: dict, key: str, fmt: str) -> str:
-    """'2.94x', or '2.94x [2.80, 3.05]' when the run had several rounds."""
+    """'2.94x', or '2.94x [2.80x, 3.05x]' (median [min, max] of the per-round ratios) for several rounds."""
     cell = fmt.format(result[key])
     lo_hi = result.get("ratio_range", {}).get(key)
     if result.get("repeats", 1) > 1 and lo_hi:
