@@ -13,17 +13,17 @@ import sys
 from .errors import UserError
 
 COMMAND_MODULES = (
-    "aogpt_plugin.convert_cli",
+    "aogpt_plugin.convert",
     "aogpt_plugin.sampler.cli",
     "aogpt_plugin.eval.cli",
-    "aogpt_plugin.bench_cli",
+    "aogpt_plugin.bench",
 )
 
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but a usage error is a single `error:` line (exit 2)."""
 
-    def error(self, message: str):  # noqa: D401 - argparse API
+    def error(self, message: str):
         self.exit(2, f"error: {self.prog}: {message}\n")
 
 

@@ -2,9 +2,9 @@
 
 Reads the checkpoint without torchtitan and without a process group (DCP `no_dist` load, which
 reassembles shards written by any world size). The model args are read off the tensor shapes, so
-any aogpt checkpoint converts without its TOML. OUT_DIR is written to a temporary sibling first
-and renamed into place, so a failed conversion never leaves a half-written OUT_DIR and `--force`
-replaces an old one only once the new one is complete.
+any aogpt checkpoint converts without its TOML. OUT_DIR is written through model_dir.py: to a
+temporary sibling first and renamed into place, so a failed conversion never leaves a half-written
+OUT_DIR and `--force` replaces an old one only once the new one is complete.
 """
 
 from __future__ import annotations
@@ -12,17 +12,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import tempfile
 import warnings
 
 import torch
 
 from .errors import UserError
-from .model.args import AOGPTModelArgs
+from .model import AOGPTModelArgs
+from .model_dir import ModelDirConfig, save_model_dir
 
-FORMAT = "aogpt-converted"
-FORMAT_VERSION = 1
 WEIGHTS = ("ema", "raw")
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
@@ -151,32 +148,6 @@ _MODEL_ROOTS = {
 }
 
 
-def write_model_dir(out_dir: str, state: dict[str, torch.Tensor], config: dict) -> None:
-    """Atomically (re)place OUT_DIR with model.safetensors + config.json."""
-    from safetensors.torch import save_file
-
-    parent = os.path.dirname(os.path.abspath(out_dir)) or "."
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".aogpt-convert-", dir=parent)
-    try:
-        os.chmod(tmp, 0o755)
-        save_file({k: v.contiguous() for k, v in state.items()}, os.path.join(tmp, "model.safetensors"))
-        with open(os.path.join(tmp, "config.json"), "w") as f:
-            json.dump(config, f, indent=2)
-        for name in ("model.safetensors", "config.json"):
-            os.chmod(os.path.join(tmp, name), 0o644)
-        if os.path.exists(out_dir):
-            old = tmp + ".old"
-            os.rename(out_dir, old)
-            os.rename(tmp, out_dir)
-            shutil.rmtree(old)
-        else:
-            os.rename(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
 def convert(
     checkpoint_dir: str,
     out_dir: str,
@@ -184,7 +155,7 @@ def convert(
     step: int | None = None,
     tokenizer: str = "gpt2",
     force: bool = False,
-) -> dict:
+) -> ModelDirConfig:
     """Write OUT_DIR/model.safetensors and OUT_DIR/config.json; returns the config written."""
     from .data.tokenizer import TOKENIZERS, TiktokenTokenizer
 
@@ -196,16 +167,36 @@ def convert(
     vocab = TiktokenTokenizer(tokenizer).get_vocab_size()
     state, extra = read_checkpoint_weights(step_dir, weights)
     args = infer_model_args({k: v.shape for k, v in state.items()}, vocab)
-    config = {
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
-        "model_args": args.to_dict(),
-        "tokenizer": tokenizer,
-        "vocab_size": vocab,
-        "step": step_found,
-        "weights": weights,
-        "source": os.path.abspath(step_dir),
-        **extra,
-    }
-    write_model_dir(out_dir, state, config)
+    config = ModelDirConfig(
+        model_args=args,
+        tokenizer=tokenizer,
+        step=step_found,
+        weights=weights,
+        source=os.path.abspath(step_dir),
+        extra=extra,
+    )
+    save_model_dir(out_dir, state, config)
     return config
+
+
+# ---- `aogpt convert` -----------------------------------------------------------------------
+def add_to(subparsers) -> None:
+    p = subparsers.add_parser("convert", help="torchtitan DCP checkpoint -> model.safetensors + config.json")
+    p.add_argument("checkpoint_dir", help="a step-N checkpoint folder, or the folder holding them (newest wins)")
+    p.add_argument("out_dir", help="output folder (must not exist unless --force)")
+    p.add_argument("--weights", choices=WEIGHTS, default="ema", help="EMA (default) or raw training weights")
+    p.add_argument("--step", type=int, default=None, help="which step-N folder to convert")
+    p.add_argument("--tokenizer", default="gpt2", help="tiktoken encoding the model was trained with")
+    p.add_argument("--force", action="store_true", help="replace OUT_DIR (only once the new one is complete)")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    config = convert(args.checkpoint_dir, args.out_dir, args.weights, args.step, args.tokenizer, args.force)
+    a = config.model_args
+    print(
+        f"converted step {config.step} ({config.weights} weights) from {config.source} -> {args.out_dir}: "
+        f"{a.n_layers}L/{a.dim}d/{a.n_heads}H, conditioning={a.conditioning}, positions={a.max_seq_len}"
+    )
+    print(json.dumps({"out_dir": args.out_dir, "step": config.step, "weights": config.weights}))
+    return 0

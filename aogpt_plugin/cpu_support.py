@@ -1,6 +1,6 @@
 """Run torchtitan 0.2.2 on a machine without an accelerator, without editing site-packages.
 
-Three things stop it (each verified on torch 2.13 CPU, see docs/cpu.md):
+Three things stop it (each verified on torch 2.13 CPU; docs/training.md, "CPU notes"):
 1. `import torchtitan` imports triton through `torchtitan.models.moe.kernels` (MoE only): a stub
    module stands in when triton is not installed.
 2. `torchtitan.tools.utils` fixes `device_type = "cuda"` at import time and several modules copy

@@ -6,12 +6,17 @@ parameter name (not as the authors' positional list) and `aogpt convert --weight
 any checkpoint. Each shadow is a float32 copy of the parameter *as the optimizer sees it*: with
 FSDP2 that is the local shard (a DTensor), so EMA stays sharded and costs 1x sharded params.
 The shadows are not parameters, so the optimizer, grad clipping and FSDP all-gathers ignore them.
+
+Lifecycle in training: infra/parallelize.py attaches the EMA to the (meta-device) model after
+FSDP wrapping; the model's `init_weights` calls `reset()` once its weights are real, so the
+average starts at the initial weights; the optimizers container calls `update()` after every step.
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
+import weakref
 
 import torch
 import torch.nn as nn
@@ -29,23 +34,26 @@ def _local(t: torch.Tensor) -> torch.Tensor:
 
 
 class EMA(nn.Module):
-    """Holds the shadows; `update()` after every optimizer step, `swapped(model)` to evaluate with them."""
+    """Holds the shadows; `update()` after every optimizer step, `swapped()` to evaluate with them."""
 
     def __init__(self, model: nn.Module, decay: float = 0.9999, warmup: bool = True):
         super().__init__()
         self.decay, self.warmup = decay, warmup
         self.register_buffer("num_updates", torch.zeros((), dtype=torch.int64))
-        self._pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
+        # The model is looked up through a weak reference (it owns this module) and the tensors by
+        # name at every use: moving the model (to_empty, .to) replaces buffer objects.
+        self._model = weakref.ref(model)
+        self._names: list[tuple[str, str]] = []  # (parameter name in the model, shadow name here)
         # FSDP2 keeps some groups unsharded between no-grad forwards (e.g. the final norm + head):
         # swapping must reshard them so the next forward all-gathers the swapped-in values.
         self._fsdp_modules = [m for m in model.modules() if hasattr(m, "reshard") and hasattr(m, "unshard")]
         for name, p in model.named_parameters():
             if not p.requires_grad:
                 continue
-            shadow = p.detach().to(torch.float32, copy=True)
-            owner, leaf = self._owner(clean_fqn(name))
-            owner.register_buffer(leaf, shadow)
-            self._pairs.append((p, shadow))
+            shadow_name = clean_fqn(name)
+            owner, leaf = self._owner(shadow_name)
+            owner.register_buffer(leaf, p.detach().to(torch.float32, copy=True))
+            self._names.append((name, shadow_name))
 
     def _owner(self, fqn: str) -> tuple[nn.Module, str]:
         *path, leaf = fqn.split(".")
@@ -55,6 +63,21 @@ class EMA(nn.Module):
                 mod.add_module(part, nn.Module())
             mod = getattr(mod, part)
         return mod, leaf
+
+    def _pairs(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(parameter, shadow) pairs as registered now. FSDP2 registers its unsharded tensors while a
+        group is gathered (their storage is freed on reshard), so every group is resharded first and
+        the sharded parameters -- the ones the optimizer steps -- are what is paired."""
+        self._reshard()
+        model = self._model()
+        return [(model.get_parameter(p), self.get_buffer(s)) for p, s in self._names]
+
+    @torch.no_grad()
+    def reset(self) -> None:
+        """Start the average at the current weights (after the model's weights are initialised)."""
+        self.num_updates.zero_()
+        for p, s in self._pairs():
+            _local(s).copy_(_local(p))
 
     def current_decay(self) -> float:
         if not self.warmup:
@@ -66,8 +89,9 @@ class EMA(nn.Module):
     def update(self) -> None:
         self.num_updates += 1
         weight = 1.0 - self.current_decay()
-        shadows = [_local(s) for _, s in self._pairs]
-        params = [_local(p).float() for p, _ in self._pairs]
+        pairs = self._pairs()
+        shadows = [_local(s) for _, s in pairs]
+        params = [_local(p).float() for p, _ in pairs]
         torch._foreach_lerp_(shadows, params, weight)
 
     def _reshard(self) -> None:
@@ -76,11 +100,11 @@ class EMA(nn.Module):
 
     @contextlib.contextmanager
     def swapped(self):
-        """Temporarily load the shadows into the parameters (restores the raw weights after)."""
+        """Temporarily load the shadows into the model's parameters (restores the raw weights after)."""
+        pairs = self._pairs()
         saved = []
-        self._reshard()
         with torch.no_grad():
-            for p, s in self._pairs:
+            for p, s in pairs:
                 lp = _local(p)
                 saved.append(lp.clone())
                 lp.copy_(_local(s))
@@ -88,7 +112,7 @@ class EMA(nn.Module):
             yield
         finally:
             with torch.no_grad():
-                for (p, _), raw in zip(self._pairs, saved, strict=True):
+                for (p, _), raw in zip(pairs, saved, strict=True):
                     _local(p).copy_(raw)
             self._reshard()
 

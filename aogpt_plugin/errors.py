@@ -10,3 +10,9 @@ class UserError(Exception):
 
 class ConfigError(UserError):
     """A bad configuration value (TOML key, CLI override, model argument)."""
+
+
+def require_at_least(flag: str, value: int | None, low: int, meaning: str) -> None:
+    """A numeric CLI argument below its floor is a UserError naming the flag, e.g. `--orders 0`."""
+    if value is not None and value < low:
+        raise UserError(f"{flag} {value}: {meaning} must be >= {low}")

@@ -7,10 +7,10 @@ exists; a bad value raises ConfigError with one line naming key, value and what 
 
 from dataclasses import dataclass, field
 
-from .data.orders import parse_order_kind
 from .data.tokenizer import TOKENIZERS
 from .errors import ConfigError
 from .model.args import CONDITIONINGS
+from .orders import parse_order_kind
 
 
 @dataclass
@@ -22,7 +22,7 @@ class AOGPT:
     """Width of the target-position table that feeds adaLN (the paper uses 128)."""
 
     order: str = "mixture"
-    """Order distribution: mixture | uniform | l2r | fixed_random | blockwise:K."""
+    """Order distribution: mixture | random | l2r | fixed_random | blockwise:K (orders.py)."""
 
     p_l2r: float = 0.1
     """With order=mixture: probability that a sequence is read left to right (paper: 0.1)."""
@@ -47,7 +47,8 @@ class AOGPT:
             raise ConfigError(
                 f"aogpt.conditioning={self.conditioning!r} is not supported; allowed: {', '.join(CONDITIONINGS)}"
             )
-        parse_order_kind(self.order)
+        kind, block = parse_order_kind(self.order)
+        self.order = f"blockwise:{block}" if kind == "blockwise" else kind  # aliases spelled canonically
         if not 0.0 <= self.p_l2r <= 1.0:
             raise ConfigError(f"aogpt.p_l2r={self.p_l2r} is outside the allowed range [0, 1]")
         if self.target_pe_dim < 1:

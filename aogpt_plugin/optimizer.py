@@ -1,53 +1,24 @@
-"""torchtitan `build_optimizers_fn` for AO-GPT: the authors' AdamW groups, EMA and a NaN guard.
+"""torchtitan `build_optimizers_fn` for AO-GPT: the authors' AdamW groups, EMA updates and the step guard.
 
 * Weight decay only on >= 2-D tensors (matmul weights and embeddings), as the authors do;
   torchtitan's stock container decays biases and norm weights too.
-* After every optimizer step the EMA (see ema.py) is updated.
-* Before every optimizer step the summed loss of the step is checked; a NaN/inf loss on any rank
-  stops training *before* the weights change, so no checkpoint written later holds bad weights
-  and the last good one stays the newest.
+* After every optimizer step the model's EMA (`model.ema`, attached by infra/parallelize.py) is updated.
+* Before every optimizer step the guard (loss.py) is asked whether the step's loss was NaN/inf on
+  any rank; such a step stops training *before* the weights change, so no checkpoint written later
+  holds bad weights and the last good one stays the newest.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 from torchtitan.components.optimizer import OptimizersContainer, build_optimizers
 
-from .ema import attach_ema
-from .run_context import current_job_config
-
-
-class NonFiniteLossError(RuntimeError):
-    pass
-
-
-class LossWatch:
-    """Accumulates the loss sums torchtitan computes between two optimizer steps (no host sync)."""
-
-    def __init__(self) -> None:
-        self.total: torch.Tensor | None = None
-
-    def record(self, loss_sum: torch.Tensor) -> None:
-        v = loss_sum.detach().float()
-        self.total = v if self.total is None else self.total + v
-
-    def pop_nonfinite(self) -> bool:
-        """True if any rank saw a non-finite loss since the last call (one tiny all-reduce)."""
-        if self.total is None:
-            return False
-        bad = (~torch.isfinite(self.total)).float().reshape(1)
-        self.total = None
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            dist.all_reduce(bad, op=dist.ReduceOp.MAX)
-        return bool(bad.item())
-
-
-LOSS_WATCH = LossWatch()
+from .errors import ConfigError
+from .loss import NonFiniteLossError, StepGuard
 
 
 class AOGPTOptimizersContainer(OptimizersContainer):
-    def __init__(self, model_parts, optimizer_cls, optimizer_kwargs, ema=None, nan_check=True):
+    def __init__(self, model_parts, optimizer_cls, optimizer_kwargs, guard: StepGuard | None = None):
         all_params = []
         self.optimizers = []
         self.model_parts = model_parts
@@ -62,12 +33,12 @@ class AOGPTOptimizersContainer(OptimizersContainer):
             all_params.extend(params)
         self._validate_length(len(model_parts))
         self._post_init(all_params, optimizer_kwargs)
-        self.ema = ema
-        self.nan_check = nan_check
+        self.emas = [m.ema for m in model_parts if getattr(m, "ema", None) is not None]
+        self.guard = guard
         self.steps_taken = 0
 
     def step(self, *args, **kwargs) -> None:
-        if self.nan_check and LOSS_WATCH.pop_nonfinite():
+        if self.guard is not None and self.guard.enabled and self.guard.pop_nonfinite():
             raise NonFiniteLossError(
                 f"non-finite training loss after {self.steps_taken} optimizer steps; stopped before "
                 "updating the weights (the newest checkpoint on disk is the last good one). "
@@ -75,19 +46,23 @@ class AOGPTOptimizersContainer(OptimizersContainer):
             )
         super().step(*args, **kwargs)
         self.steps_taken += 1
-        if self.ema is not None:
-            self.ema.update()
+        for ema in self.emas:
+            ema.update()
 
 
-def build_aogpt_optimizers(model_parts, optimizer_config, parallel_dims, ft_manager=None):
-    job_config = current_job_config()
-    if optimizer_config.early_step_in_backward or (ft_manager is not None and ft_manager.enabled):
-        # These torchtitan modes build their own containers; keep them, without the extras.
-        return build_optimizers(model_parts, optimizer_config, parallel_dims, ft_manager)
+def build_aogpt_optimizers(model_parts, optimizer_config, parallel_dims, ft_manager=None, *, guard: StepGuard):
     name = optimizer_config.name
+    emas = [m for m in model_parts if getattr(m, "ema", None) is not None]
+    if optimizer_config.early_step_in_backward or (ft_manager is not None and ft_manager.enabled):
+        if emas:
+            raise ConfigError(
+                "optimizer.early_step_in_backward and fault tolerance build torchtitan's own optimizers, "
+                "which never update the EMA; allowed with them: [ema] enable = false"
+            )
+        return build_optimizers(model_parts, optimizer_config, parallel_dims, ft_manager)
     classes = {"Adam": torch.optim.Adam, "AdamW": torch.optim.AdamW}
     if name not in classes:
-        raise NotImplementedError(f"optimizer.name={name!r} is not supported; allowed: Adam, AdamW")
+        raise ConfigError(f"optimizer.name={name!r} is not supported; allowed: Adam, AdamW")
     impl = optimizer_config.implementation
     kwargs = {
         "lr": optimizer_config.lr,
@@ -97,10 +72,4 @@ def build_aogpt_optimizers(model_parts, optimizer_config, parallel_dims, ft_mana
         "fused": impl == "fused",
         "foreach": impl == "foreach",
     }
-    ema = None
-    if job_config is not None and job_config.ema.enable:
-        if len(model_parts) != 1:
-            raise NotImplementedError("EMA with pipeline-parallel model parts is not supported")
-        ema = attach_ema(model_parts[0], job_config.ema.decay, job_config.ema.warmup)
-    nan_check = job_config.aogpt.nan_check if job_config is not None else True
-    return AOGPTOptimizersContainer(model_parts, classes[name], kwargs, ema=ema, nan_check=nan_check)
+    return AOGPTOptimizersContainer(model_parts, classes[name], kwargs, guard=guard)

@@ -34,8 +34,8 @@ def main() -> int:
     default_to_one_process()
     if not has_accelerator():
         enable_torchtitan_on_cpu()
-    from . import register
     from .preflight import check_job_config, parse_job_config
+    from .train_spec import register
 
     register()
     try:

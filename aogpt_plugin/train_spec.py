@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import copy
+from functools import partial
 
 from torchtitan.components.lr_scheduler import build_lr_schedulers
 from torchtitan.protocols.train_spec import TrainSpec, register_train_spec
 from torchtitan.protocols.train_spec import _extra_train_specs as _registered
 
-from .data.dataloader import build_ordered_dataloader
-from .data.datasets import register_datasets
 from .data.tokenizer import TiktokenTokenizer
+from .dataloader import build_ordered_dataloader, register_datasets
 from .infra.parallelize import parallelize_aogpt
-from .loss import build_ao_loss
+from .loss import StepGuard, build_ao_loss
 from .model import AOGPT, FLAVORS
 from .model.state_dict_adapter import AOGPTStateDictAdapter
 from .optimizer import build_aogpt_optimizers
-from .run_context import set_current_job_config
 from .validate import build_ao_validator
 
 NAME = "aogpt"
@@ -32,21 +31,21 @@ class _FreshFlavors(dict):
 
 
 def build_tokenizer(job_config) -> TiktokenTokenizer:
-    set_current_job_config(job_config)
     return TiktokenTokenizer(job_config.aogpt.tokenizer)
 
 
 def get_train_spec() -> TrainSpec:
+    guard = StepGuard()  # the loss records into it, the optimizers check it before every step
     return TrainSpec(
         model_cls=AOGPT,
         model_args=_FreshFlavors(FLAVORS),
         parallelize_fn=parallelize_aogpt,
         pipelining_fn=None,
-        build_optimizers_fn=build_aogpt_optimizers,
+        build_optimizers_fn=partial(build_aogpt_optimizers, guard=guard),
         build_lr_schedulers_fn=build_lr_schedulers,
         build_dataloader_fn=build_ordered_dataloader,
         build_tokenizer_fn=build_tokenizer,
-        build_loss_fn=build_ao_loss,
+        build_loss_fn=partial(build_ao_loss, guard=guard),
         build_validator_fn=build_ao_validator,
         state_dict_adapter=AOGPTStateDictAdapter,
     )

@@ -4,7 +4,7 @@ torchtitan's stock validator scores whatever the next validation batches are, wi
 training loss does; for an any-order model that is too noisy to compare checkpoints (torchtitan
 #1210). This one tokenizes a fixed set of windows once, draws `aogpt.val_orders` random orders per
 window from a fixed seed, and every validation scores exactly those (window, order) pairs plus the
-identity order. Numbers are NLL in nats/token over the real vocabulary (eval/likelihood.py shares
+identity order. Numbers are NLL in nats/token over the real vocabulary (likelihood.py shares
 the scoring), logged to the console and TensorBoard as
 
     validation_metrics/loss_l2r, validation_metrics/loss_ao            (raw weights)
@@ -20,9 +20,9 @@ from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataset
 from torchtitan.tools import utils
 from torchtitan.tools.logging import logger
 
-from .data.orders import generator_for
 from .errors import ConfigError
-from .eval.likelihood import nll_sum_and_count
+from .likelihood import nll_sum_and_count
+from .seeding import stream_generator
 
 
 class AOValidator(BaseValidator):
@@ -57,7 +57,10 @@ class AOValidator(BaseValidator):
             orders = [
                 torch.stack(
                     [
-                        torch.randperm(x.shape[1], generator=generator_for(ao.val_order_seed, dp_rank, b + i, k))
+                        torch.randperm(
+                            x.shape[1],
+                            generator=stream_generator("validation_order", ao.val_order_seed, dp_rank, b + i, k),
+                        )
                         for i in range(x.shape[0])
                     ]
                 )

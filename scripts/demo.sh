@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 OUT=outputs/demo
 rm -rf "$OUT"
 export TIKTOKEN_CACHE_DIR="${TIKTOKEN_CACHE_DIR:-$(realpath ../shared/data/tiktoken_cache)}"
+export AOGPT_DATA_DIR="${AOGPT_DATA_DIR:-$(realpath ../shared/data)}"
 
 echo "== 1/4 train: train_configs/aogpt_debug.toml (60 steps, CPU) -> $OUT/train"
 python -m aogpt_plugin.train --job.config_file train_configs/aogpt_debug.toml --job.dump_folder "$OUT/train"

@@ -160,14 +160,14 @@ def own_order_heldout_nll(model_dir: str, name: str, plan: dict) -> dict:
     (zero for a model that only knows unigram frequencies and positions)."""
     import torch
 
-    from aogpt_plugin.data.orders import OrderSampler
     from aogpt_plugin.data.text_files import iter_documents
     from aogpt_plugin.data.tokenizer import TiktokenTokenizer
-    from aogpt_plugin.eval.likelihood import nll_sum_and_count
-    from aogpt_plugin.pretrained import load_pretrained
+    from aogpt_plugin.likelihood import nll_sum_and_count, token_nll
+    from aogpt_plugin.model_dir import load_model_dir
+    from aogpt_plugin.orders import OrderSampler
 
-    spec = {"ar": "l2r", "fixed_random": "fixed_random", "blockwise4": "blockwise:4"}.get(name, "uniform")
-    model = load_pretrained(model_dir).model.eval()
+    spec = {"ar": "l2r", "fixed_random": "fixed_random", "blockwise4": "blockwise:4"}.get(name, "random")
+    model = load_model_dir(model_dir).model.eval()
     n, windows = plan["seq_len"], plan["heldout_windows"]
     tok = TiktokenTokenizer("gpt2")
     ids: list[int] = []
@@ -182,8 +182,6 @@ def own_order_heldout_nll(model_dir: str, name: str, plan: dict) -> dict:
         total, count = nll_sum_and_count(model, tokens, order)
         labels = torch.gather(tokens, 1, order)
         logits = model(tokens.roll(1, 0), order)  # every slot reads the next window's tokens
-    from aogpt_plugin.loss import token_nll
-
     nll_wrong = token_nll(logits, labels, model.model_args.vocab_size)
     return {"nll": float(total) / count, "nll_wrong_context": float(nll_wrong.double().mean())}
 

@@ -13,17 +13,35 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("AOGPT_DATA_DIR", ROOT.parent / "shared" / "data"))
 os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(SHARED_DATA / "tiktoken_cache"))
+os.environ.setdefault("AOGPT_DATA_DIR", str(SHARED_DATA))
 TRAIN_CORPUS = SHARED_DATA / "train_corpus"
 HELDOUT = TRAIN_CORPUS / "enwiki2015_heldout.jsonl"
 
 
-def tiny_model(conditioning: str = "adaln", seed: int = 0, scale: float = 1.0, **overrides):
-    """A small AO-GPT with deterministic random weights (CPU, float32); `scale` multiplies the
-    matrices so next-token distributions are far from uniform (bugs then change sampled tokens)."""
+# Shapes of the tiny models the tests build. "default": plain tests; "sampler": weights scaled so
+# next-token distributions are far from uniform (a cache bug then changes sampled tokens, not just
+# the 5th decimal); "eval": larger vocabulary and positions for likelihood and ensemble checks.
+PRESETS = {
+    "default": dict(dim=32, n_layers=2, n_heads=4, vocab_size=61, max_seq_len=24),
+    "sampler": dict(dim=64, n_layers=2, n_heads=2, vocab_size=61, max_seq_len=40, scale=8.0, frozen=True),
+    "eval": dict(dim=64, n_layers=2, n_heads=4, vocab_size=97, max_seq_len=48, scale=15.0, frozen=True),
+}
+
+
+def tiny_model(
+    conditioning: str = "adaln", seed: int = 0, scale: float | None = None, *, preset="default", **overrides
+):
+    """The tests' one model builder: a small AO-GPT with deterministic random weights (CPU, float32).
+
+    `scale` multiplies the matrices (init std 0.02 gives near-uniform logits); `frozen` presets return
+    it in eval mode without gradients."""
     from aogpt_plugin.model import AOGPT, AOGPTModelArgs
 
-    kw = dict(dim=32, n_layers=2, n_heads=4, vocab_size=61, max_seq_len=24, conditioning=conditioning)
+    kw = dict(PRESETS[preset], conditioning=conditioning)
     kw.update(overrides)
+    preset_scale = kw.pop("scale", 1.0)
+    scale = preset_scale if scale is None else scale
+    frozen = kw.pop("frozen", False)
     args = AOGPTModelArgs(**kw)
     with torch.device("meta"):
         model = AOGPT(args)
@@ -35,7 +53,10 @@ def tiny_model(conditioning: str = "adaln", seed: int = 0, scale: float = 1.0, *
             for p in model.parameters():
                 if p.dim() >= 2:
                     p.mul_(scale)
-    return model
+    return model.eval().requires_grad_(False) if frozen else model
+
+
+needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
 
 
 def run_torchrun(script_args: list[str], nproc: int = 1, timeout: int = 600, module: bool = True):
@@ -89,3 +110,15 @@ def one_cpu_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def ao_model():
+    """AO-GPT (adaLN) with sharp next-token distributions, shared by the sampler and bench tests."""
+    return tiny_model("adaln", preset="sampler")
+
+
+@pytest.fixture(scope="session")
+def gpt_model():
+    """The same backbone without target conditioning: a plain causal GPT."""
+    return tiny_model("none", preset="sampler")

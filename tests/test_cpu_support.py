@@ -28,7 +28,7 @@ print("triton", importlib.util.find_spec("triton") is not None)
 
 
 def test_importing_the_package_outside_torchtitan_imports_no_torchtitan():
-    code = "import sys, aogpt_plugin, aogpt_plugin.model, aogpt_plugin.pretrained, aogpt_plugin.convert\n"
+    code = "import sys, aogpt_plugin, aogpt_plugin.model, aogpt_plugin.model_dir, aogpt_plugin.convert\n"
     code += "assert 'torchtitan' not in sys.modules, 'torchtitan imported'\n"
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]

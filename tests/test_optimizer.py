@@ -11,7 +11,8 @@ from aogpt_plugin.cpu_support import enable_torchtitan_on_cpu
 enable_torchtitan_on_cpu()
 
 from aogpt_plugin.ema import attach_ema  # noqa: E402
-from aogpt_plugin.optimizer import LOSS_WATCH, AOGPTOptimizersContainer, NonFiniteLossError  # noqa: E402
+from aogpt_plugin.loss import NonFiniteLossError, StepGuard  # noqa: E402
+from aogpt_plugin.optimizer import AOGPTOptimizersContainer  # noqa: E402
 
 KW = {"lr": 1e-2, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1, "fused": False, "foreach": True}
 
@@ -29,8 +30,8 @@ def test_weight_decay_only_on_matrices():
 
 def test_ema_updates_after_every_step():
     model = tiny_model()
-    ema = attach_ema(model, decay=0.9)
-    opt = AOGPTOptimizersContainer([model], torch.optim.AdamW, KW, ema=ema)
+    attach_ema(model, decay=0.9)
+    opt = AOGPTOptimizersContainer([model], torch.optim.AdamW, KW)
     for _ in range(3):
         model(torch.randint(0, 61, (2, 8))).float().mean().backward()
         opt.step()
@@ -41,14 +42,15 @@ def test_ema_updates_after_every_step():
 
 def test_nonfinite_loss_stops_before_the_update():
     model = tiny_model()
-    opt = AOGPTOptimizersContainer([model], torch.optim.AdamW, KW)
+    guard = StepGuard()
+    opt = AOGPTOptimizersContainer([model], torch.optim.AdamW, KW, guard=guard)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     model(torch.randint(0, 61, (2, 8))).float().mean().backward()
-    LOSS_WATCH.record(torch.tensor(3.0))
-    LOSS_WATCH.record(torch.tensor(float("nan")))
+    guard.record(torch.tensor(3.0))
+    guard.record(torch.tensor(float("nan")))
     with pytest.raises(NonFiniteLossError, match="non-finite training loss"):
         opt.step()
     assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
-    LOSS_WATCH.record(torch.tensor(2.0))
+    guard.record(torch.tensor(2.0))
     opt.step()  # a finite step afterwards goes through
     assert not all(torch.equal(p, before[n]) for n, p in model.named_parameters())

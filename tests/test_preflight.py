@@ -61,7 +61,7 @@ def test_cli_overrides_reach_the_aogpt_sections():
         (["--aogpt.p_l2r", "-0.1"], "aogpt.p_l2r=-0.1 is outside the allowed range [0, 1]"),
         (
             ["--aogpt.order", "zigzag"],
-            "aogpt.order='zigzag' is not supported; allowed: mixture, uniform, l2r, fixed_random, blockwise:K",
+            "aogpt.order='zigzag' is not supported; allowed: mixture, random, l2r, fixed_random, blockwise:K",
         ),
         (["--aogpt.order", "blockwise:0"], "aogpt.order='blockwise:0': blockwise needs a positive block size"),
         (

@@ -44,13 +44,13 @@ def _check_resume_and_convert(tmp_path, nproc, extra=None):
 
 def _check_conversion(tmp_path, full, dump):
     from aogpt_plugin.convert import convert
-    from aogpt_plugin.pretrained import load_pretrained
+    from aogpt_plugin.model_dir import load_model_dir
 
     for weights, key in (("raw", "logits_raw"), ("ema", "logits_ema")):
         out_dir = tmp_path / f"model_{weights}"
         cfg = convert(str(dump / "checkpoint"), str(out_dir), weights=weights)
-        assert cfg["weights"] == weights and cfg["step"] == 8
-        model = load_pretrained(str(out_dir)).model
+        assert cfg.weights == weights and cfg.step == 8
+        model = load_model_dir(str(out_dir)).model
         with torch.no_grad():
             logits = model(full["tokens"], order=full["order"])
         torch.testing.assert_close(logits, full[key], rtol=1e-5, atol=1e-5)
@@ -99,10 +99,10 @@ def test_nan_loss_stops_before_weights_change(tmp_path):
     steps = sorted(p.name for p in (dump / "checkpoint").iterdir())
     assert steps == ["step-4"], steps  # the last good checkpoint is the newest; nothing after the NaN
     from aogpt_plugin.convert import convert
-    from aogpt_plugin.pretrained import load_pretrained
+    from aogpt_plugin.model_dir import load_model_dir
 
     convert(str(dump / "checkpoint"), str(tmp_path / "m"), weights="raw")
-    model = load_pretrained(str(tmp_path / "m")).model
+    model = load_model_dir(str(tmp_path / "m")).model
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
 

@@ -9,8 +9,16 @@ rows the authors load, so token streams match theirs:
   lm1b           one stripped line = one sentence (HF `dvruette/lm1b` `text`)
   lambada        one record's `text` (OpenAI `lambada_test.jsonl`)
 
-Local copies live in ../shared/data beside the repository (override with AOGPT_DATA_DIR); when a
-file is missing the hub source the authors used is tried, if it can be reached.
+Local copies are read from the data folder given by `--data-dir` or the AOGPT_DATA_DIR environment
+variable (this repository's `make` sets it to ../shared/data); when neither is set or the file is
+missing, the hub source the authors used is tried, if it can be reached.
+
+Documents become fixed-length chunks the SEDD/RADD/AO-GPT way (`pack_documents`): BPE, EOS after
+every document, concatenate, cut into n-token chunks; every token of a chunk is scored. One
+difference, on purpose: the authors pack inside each `datasets.map` batch (1000 documents per batch
+within each of 8 worker shards) and drop each batch's remainder, so their token stream has gaps
+whose places depend on the worker count. Here the whole split is one stream and only the final
+partial chunk (fewer than n tokens) is dropped; `dropped_tokens` says how many.
 """
 
 from __future__ import annotations
@@ -22,9 +30,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from ..data.text_files import iter_documents, list_text_files
 from ..errors import UserError
 from .detokenizers import DETOKENIZERS
+
+PROTOCOL_SEQ_LEN = 1024  # the papers' chunk length
+DATA_DIR_ENV = "AOGPT_DATA_DIR"
 
 LAMBADA_URL = "https://openaipublic.blob.core.windows.net/gpt-2/data/lambada_test.jsonl"
 
@@ -105,10 +118,13 @@ class Documents:
     detokenizer: str | None
 
 
-def data_dir() -> Path:
-    """../shared/data beside the repository, or $AOGPT_DATA_DIR."""
-    env = os.environ.get("AOGPT_DATA_DIR")
-    return Path(env) if env else Path(__file__).resolve().parents[2].parent / "shared" / "data"
+def data_dir(given: str | None = None) -> Path | None:
+    """The folder holding local copies of the benchmarks: `given` (--data-dir), else $AOGPT_DATA_DIR."""
+    folder = given or os.environ.get(DATA_DIR_ENV)
+    if folder and not os.path.isdir(folder):
+        source = "--data-dir" if given else DATA_DIR_ENV
+        raise UserError(f"{source} {folder!r} is not a folder; give the folder holding wikitext2/, ptb/, ...")
+    return Path(folder) if folder else None
 
 
 def check_dataset_arg(dataset: str, split: str) -> None:
@@ -126,7 +142,8 @@ def check_dataset_arg(dataset: str, split: str) -> None:
     list_text_files(dataset, key="--dataset")
 
 
-def load_documents(dataset: str, split: str = "test") -> Documents:
+def load_documents(dataset: str, split: str = "test", folder: str | None = None) -> Documents:
+    """A benchmark split (local copy under `folder` / $AOGPT_DATA_DIR, else the hub) or a local file."""
     check_dataset_arg(dataset, split)
     if dataset not in BENCHMARKS:
         files = list_text_files(dataset, key="--dataset")
@@ -134,14 +151,17 @@ def load_documents(dataset: str, split: str = "test") -> Documents:
         return Documents(texts, dataset, None, dataset, None)
     bench = BENCHMARKS[dataset]
     detok = DETOKENIZERS[bench.detokenizer]
-    local = _find_local(bench, split)
-    raw, source = (_read_local(bench, local), str(local)) if local is not None else _from_hub(bench, split)
+    root = data_dir(folder)
+    local = _find_local(bench, split, root)
+    raw, source = (_read_local(bench, local), str(local)) if local is not None else _from_hub(bench, split, root)
     return Documents([detok(t) for t in raw], dataset, split, source, bench.detokenizer)
 
 
-def _find_local(bench: Benchmark, split: str) -> Path | None:
+def _find_local(bench: Benchmark, split: str, root: Path | None) -> Path | None:
+    if root is None:
+        return None
     for rel in bench.local[split]:
-        path = data_dir() / rel
+        path = root / rel
         if path.is_file():
             return path
     return None
@@ -162,16 +182,16 @@ def _reachable(host: str, timeout: float = 3.0) -> bool:
         return False
 
 
-def _from_hub(bench: Benchmark, split: str) -> tuple[list[str], str]:
+def _from_hub(bench: Benchmark, split: str, root: Path | None) -> tuple[list[str], str]:
     hub = bench.hub
-    wanted = f"{data_dir() / bench.local[split][0]}"
+    wanted = f"{root / bench.local[split][0]}" if root is not None else f"$AOGPT_DATA_DIR/{bench.local[split][0]}"
     is_url = hub.dataset.startswith("https://")
     host = hub.dataset.split("/")[2] if is_url else "huggingface.co"
     offline_cache = not is_url and os.environ.get("HF_HUB_OFFLINE") == "1"  # the HF cache may still hold it
     if not offline_cache and not _reachable(host):
         raise UserError(
             f"{bench.name} {split}: no local file {wanted} and {host} cannot be reached; "
-            f"put the file there (or set AOGPT_DATA_DIR) or go online"
+            f"put the file there (pass --data-dir or set AOGPT_DATA_DIR) or go online"
         )
     if is_url:
         import urllib.request
@@ -190,3 +210,28 @@ def _from_hub(bench: Benchmark, split: str) -> tuple[list[str], str]:
         ) from None
     source = f"hf:{hub.dataset}" + (f"/{hub.config}" if hub.config else "") + f"[{split}]"
     return [bench.read_line(row) for row in rows[hub.field]], source
+
+
+# ---- packing -------------------------------------------------------------------------------
+@dataclass
+class PackedTokens:
+    chunks: torch.Tensor  # (num_chunks, seq_len) int64
+    documents: int
+    tokens: int  # all tokens of the split, EOS included
+    dropped_tokens: int  # the final partial chunk, not scored
+
+    @property
+    def num_chunks(self) -> int:
+        return self.chunks.shape[0]
+
+
+def pack_documents(texts: list[str], tokenizer, seq_len: int) -> PackedTokens:
+    ids = tokenizer.encode_batch(texts, add_eos=True)
+    stream = torch.tensor([t for doc in ids for t in doc], dtype=torch.long)
+    usable = stream.numel() // seq_len * seq_len
+    return PackedTokens(
+        chunks=stream[:usable].view(-1, seq_len),
+        documents=len(texts),
+        tokens=stream.numel(),
+        dropped_tokens=stream.numel() - usable,
+    )

@@ -6,8 +6,8 @@ import json
 import sys
 import time
 
-from ..errors import UserError
-from .arguments import DTYPES, Reporter, add_runtime_args, require_at_least, resolve_device
+from ..devices import Reporter, add_runtime_args, resolve_device, resolve_dtype
+from ..errors import UserError, require_at_least
 from .genppl import TOKEN_MODES
 
 
@@ -54,7 +54,7 @@ def run(args) -> int:
     else:
         sample_set = read_samples(args.samples)
 
-    scorer = load_scorer(args.scorer, device, DTYPES[args.dtype])
+    scorer = load_scorer(args.scorer, device, resolve_dtype(args.dtype))
     prepared = prepare(sample_set, scorer, args.tokens)
     say(
         f"samples {sample_set.path}: {len(prepared.ids)} samples ({sample_set.tokenizer} tokens); scorer {scorer.name} "
@@ -106,23 +106,20 @@ def _check_sampling_args(args) -> None:
 
 def sample_from_model(args, device, say):
     """Draw --num-samples samples with aogpt_plugin.sampler, --batch-size at a time (batch b seeded (seed, b))."""
-    from ..data.orders import mix_seed
-    from ..pretrained import load_pretrained
+    from ..model_dir import load_model_dir
+    from ..sampler import SampleConfig, SamplingParams, generate, samples_record
+    from ..seeding import stream_seed
     from .samples import Sample, SampleSet
 
-    try:
-        from ..sampler import SampleConfig, SamplingParams, generate
-    except ImportError as e:
-        raise UserError(f"--model {args.model!r}: the sampler cannot be imported ({e}); use --samples FILE") from None
-    pretrained = load_pretrained(args.model, device, DTYPES[args.dtype])
-    tokenizer = pretrained.tokenizer()
-    length = args.length or pretrained.args.max_seq_len
+    model_dir = load_model_dir(args.model, device, resolve_dtype(args.dtype))
+    tokenizer = model_dir.tokenizer(check_vocab=False)
+    length = args.length or model_dir.args.max_seq_len
     steps = args.steps or length
     params = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k)
     settings = {
         "model": args.model,
-        "weights": pretrained.config.get("weights"),
-        "step": pretrained.config.get("step"),
+        "weights": model_dir.config.weights,
+        "step": model_dir.config.step,
         "length": length,
         "steps": steps,
         "order": args.sample_order,
@@ -141,14 +138,15 @@ def sample_from_model(args, device, say):
             num_samples=min(args.batch_size, args.num_samples - start),
             order=args.sample_order,
             sampling=params,
-            seed=mix_seed(args.seed, batch),
+            seed=stream_seed("sample_batch", args.seed, batch),
         )
-        result = generate(pretrained.model, config)
+        result = generate(model_dir.model, config)
         samples += [Sample(tokens=row, text=tokenizer.decode(row)) for row in result.tokens.tolist()]
-    del pretrained
+    del model_dir
     if args.save_samples:
-        record = {**settings, "tokenizer": tokenizer.name}
-        record.update(tokens=[s.tokens for s in samples], text=[s.text for s in samples])
+        record = samples_record(
+            [s.tokens for s in samples], [s.text for s in samples], tokenizer=tokenizer.name, **settings
+        )
         with open(args.save_samples, "w", encoding="utf-8") as f:
             json.dump(record, f)
             f.write("\n")

@@ -6,12 +6,10 @@ import json
 import sys
 import time
 
-from ..errors import UserError
-from .arguments import DTYPES, Reporter, add_runtime_args, check_tokenizer_matches, require_at_least, resolve_device
-from .benchmarks import BENCHMARKS, check_dataset_arg, load_documents
-from .data_command import PROTOCOL_SEQ_LEN
-from .orders import ORDER_KINDS
-from .packing import pack_documents
+from ..devices import Reporter, add_runtime_args, resolve_device, resolve_dtype
+from ..errors import UserError, require_at_least
+from ..orders import READ_ORDERS
+from .benchmarks import BENCHMARKS, PROTOCOL_SEQ_LEN, check_dataset_arg, load_documents, pack_documents
 
 
 def add_to(subparsers) -> None:
@@ -19,13 +17,14 @@ def add_to(subparsers) -> None:
     p.add_argument("--model", required=True, help="converted model folder (aogpt convert)")
     p.add_argument("--dataset", required=True, help=f"{', '.join(BENCHMARKS)}, or a .jsonl/.json/.txt file or folder")
     p.add_argument("--split", default="test", help="benchmark split (default test; wikitext2 train = the authors')")
-    p.add_argument("--order", required=True, choices=ORDER_KINDS, help="left to right, or random orders")
+    p.add_argument("--order", required=True, choices=READ_ORDERS, help="left to right, or random orders")
     p.add_argument("--orders", type=int, default=1, metavar="K", help="random orders per chunk (default 1)")
     p.add_argument("--ensemble", type=int, default=1, metavar="M", help="context orders per conditional (Eq. 4)")
     p.add_argument("--max-chunks", type=int, default=None, metavar="N", help="score only the first N chunks")
     p.add_argument("--seq-len", type=int, default=None, help="chunk length n (default 1024, capped at the model's)")
     p.add_argument("--batch-size", type=int, default=8, help="sequences per forward (ensemble: x seq-len slots)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random orders and context permutations")
+    p.add_argument("--data-dir", default=None, help="folder of local benchmark copies (default $AOGPT_DATA_DIR)")
     add_runtime_args(p)
     p.set_defaults(run=run)
 
@@ -52,29 +51,27 @@ def chunk_length(requested: int | None, positions: int, model_dir: str) -> int:
 
 
 def run(args) -> int:
-    from ..data.tokenizer import TiktokenTokenizer
-    from ..pretrained import load_pretrained, read_config
+    from ..model_dir import load_model_dir, read_config
     from .perplexity import score_chunks
 
     started = time.perf_counter()
     say = Reporter(args.json)
     check_args(args)
     config = read_config(args.model)
-    positions = int(config["model_args"]["max_seq_len"])
+    positions = config.model_args.max_seq_len
     seq_len = chunk_length(args.seq_len, positions, args.model)
     device = resolve_device(args.device)
-    tokenizer = TiktokenTokenizer(config.get("tokenizer", "gpt2"))
-    check_tokenizer_matches(args.model, tokenizer, int(config["model_args"]["vocab_size"]))
+    tokenizer = config.build_tokenizer(args.model)
 
-    docs = load_documents(args.dataset, args.split)
+    docs = load_documents(args.dataset, args.split, args.data_dir)
     packed = pack_documents(docs.texts, tokenizer, seq_len)
     if packed.num_chunks == 0:
         raise UserError(f"--dataset {args.dataset!r} has {packed.tokens} tokens, fewer than one chunk of {seq_len}")
     chunks = packed.chunks[: args.max_chunks]
-    pretrained = load_pretrained(args.model, device, DTYPES[args.dtype])
-    weights = config.get("weights")
+    model = load_model_dir(args.model, device, resolve_dtype(args.dtype)).model
+    weights = config.weights
 
-    say(f"model {args.model}: {weights} weights, step {config.get('step')}, {positions} positions")
+    say(f"model {args.model}: {weights} weights, step {config.step}, {positions} positions")
     say(
         f"data {docs.dataset} [{docs.split or 'file'}] from {docs.source} (detokenizer {docs.detokenizer}): "
         f"{packed.documents:,} documents, {packed.tokens:,} tokens with EOS -> {packed.num_chunks:,} chunks of "
@@ -87,7 +84,7 @@ def run(args) -> int:
         f"{args.dtype} on {device}"
     )
     scores = score_chunks(
-        pretrained.model,
+        model,
         chunks,
         args.order,
         draws=args.orders,
@@ -114,7 +111,7 @@ def run(args) -> int:
             "command": "ppl",
             "model": args.model,
             "weights": weights,
-            "step": config.get("step"),
+            "step": config.step,
             "dataset": docs.dataset,
             "split": docs.split,
             "source": docs.source,

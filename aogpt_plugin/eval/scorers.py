@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import UserError
-from .arguments import check_tokenizer_matches
+from ..likelihood import token_nlls
 
 HF_PREFIX = "hf:"
 _PROBE = "Any-order GPT: 3.14 ‘quotes’, émigré, 東京, <|endoftext|> tabs\tand  spaces."
@@ -41,18 +41,16 @@ class AOGPTScorer:
     kind = "aogpt"
 
     def __init__(self, model_dir: str, device, dtype):
-        from ..data.tokenizer import TiktokenTokenizer
-        from ..pretrained import load_pretrained, read_config
+        from ..model_dir import load_model_dir, read_config
 
         config = read_config(model_dir)
-        self.tokenizer = TiktokenTokenizer(config.get("tokenizer", "gpt2"))
-        self.vocab_size = int(config["model_args"]["vocab_size"])
-        check_tokenizer_matches(model_dir, self.tokenizer, self.vocab_size)
+        self.tokenizer = config.build_tokenizer(model_dir)
+        self.vocab_size = config.vocab_size
         self.name = model_dir
-        self.weights = config.get("weights")
-        self.max_len = int(config["model_args"]["max_seq_len"])
+        self.weights = config.weights
+        self.max_len = config.model_args.max_seq_len
         self.min_len = 1
-        self.model = load_pretrained(model_dir, device, dtype).model
+        self.model = load_model_dir(model_dir, device, dtype).model
         self.device = device
 
     def speaks(self, tokenizer_name: str) -> bool:
@@ -63,8 +61,6 @@ class AOGPTScorer:
 
     @torch.inference_mode()
     def nll_sums(self, batch: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        from .likelihood import token_nlls
-
         ids, mask = _pad(batch, self.device)
         nll = token_nlls(self.model, ids, None)  # causal: padding after a sample cannot change its slots
         return (nll * mask).double().sum(1).cpu(), mask.sum(1).cpu()
@@ -128,12 +124,9 @@ def check_scorer_arg(spec: str) -> None:
             raise UserError(f"--scorer {spec!r}: give a model after 'hf:', e.g. hf:gpt2-large")
         import_transformers(spec)
         return
-    from ..data.tokenizer import TiktokenTokenizer
-    from ..pretrained import read_config
+    from ..model_dir import read_config
 
-    config = read_config(spec)
-    tokenizer = TiktokenTokenizer(config.get("tokenizer", "gpt2"))
-    check_tokenizer_matches(spec, tokenizer, int(config["model_args"]["vocab_size"]))
+    read_config(spec).build_tokenizer(spec)
 
 
 def load_scorer(spec: str, device, dtype):

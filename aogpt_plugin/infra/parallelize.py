@@ -1,8 +1,10 @@
-"""torchtitan `parallelize_fn` for AO-GPT: activation checkpointing -> per-block compile -> FSDP2.
+"""torchtitan `parallelize_fn` for AO-GPT: activation checkpointing -> per-block compile -> FSDP2 -> EMA.
 
 The same order torchtitan uses for Llama, reusing its helpers: the AO-GPT module tree keeps
 Llama's names (`tok_embeddings`, `layers`, `norm`, `output`), so Llama's FSDP grouping applies:
 embeddings / each block / final norm + head / root (positions, target table, final adaLN).
+Last, the EMA of `[ema]` is attached as `model.ema`, shaped like the (sharded) parameters; the
+model's `init_weights` starts it and the optimizers container updates it (ema.py).
 Tensor, context and pipeline parallelism are not supported (the model is small enough for FSDP).
 """
 
@@ -20,6 +22,7 @@ from torchtitan.models.llama3.infra.parallelize import (
 )
 from torchtitan.tools.logging import logger
 
+from ..ema import attach_ema
 from ..errors import ConfigError
 
 
@@ -69,4 +72,6 @@ def parallelize_aogpt(model: nn.Module, parallel_dims, job_config) -> nn.Module:
         logger.info("Applied FSDP2 to aogpt (per block + root)")
     elif parallel_dims.dp_replicate_enabled:
         apply_ddp(model, parallel_dims.get_mesh("dp_replicate"), enable_compile=compile_model)
+    if job_config.ema.enable:
+        attach_ema(model, job_config.ema.decay, job_config.ema.warmup)
     return model

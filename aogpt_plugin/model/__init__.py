@@ -1,8 +1,6 @@
 """AO-GPT model: args, flavors and the decoder (pure PyTorch, no torchtitan import)."""
 
-from ..errors import ConfigError
-from .args import CONDITIONINGS, AOGPTModelArgs
-from .flavors import FLAVORS
+from .args import CONDITIONINGS, FLAVORS, AOGPTModelArgs
 from .model import AOGPT
 
-__all__ = ["AOGPT", "AOGPTModelArgs", "CONDITIONINGS", "ConfigError", "FLAVORS"]
+__all__ = ["AOGPT", "AOGPTModelArgs", "CONDITIONINGS", "FLAVORS"]

@@ -1,7 +1,9 @@
-"""Model hyper-parameters of AO-GPT (torchtitan's `BaseModelArgs` contract, without importing it).
+"""Model hyper-parameters of AO-GPT and its named sizes (torchtitan's `BaseModelArgs` contract, duck-typed).
 
 The sampler and evaluator import this file without torchtitan, so it only duck-types
 torchtitan's interface: `update_from_config(job_config)` and `get_nparams_and_flops(model, seq_len)`.
+`FLAVORS` are the sizes `--model.flavor` selects: `small` and `medium` are the paper's Table 3
+(GPT-2 small / medium shapes, 1024 positions); `debugmodel`, `tiny` and `mini` train on 2 CPU cores.
 """
 
 from __future__ import annotations
@@ -90,3 +92,12 @@ class AOGPTModelArgs:
         matmul_params = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
         flops = 6 * matmul_params + 12 * self.n_layers * self.dim * seq_len
         return nparams, flops
+
+
+FLAVORS: dict[str, AOGPTModelArgs] = {
+    "debugmodel": AOGPTModelArgs(dim=64, n_layers=2, n_heads=4, max_seq_len=256),
+    "tiny": AOGPTModelArgs(dim=128, n_layers=4, n_heads=4, max_seq_len=256),
+    "mini": AOGPTModelArgs(dim=256, n_layers=6, n_heads=8, max_seq_len=512),
+    "small": AOGPTModelArgs(dim=768, n_layers=12, n_heads=12, max_seq_len=1024),
+    "medium": AOGPTModelArgs(dim=1024, n_layers=24, n_heads=16, max_seq_len=1024),
+}

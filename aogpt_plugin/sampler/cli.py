@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 
+from ..devices import add_runtime_args
 from ..errors import UserError
 
 
@@ -38,15 +39,12 @@ def add_to(subparsers) -> None:
         help='given spans: \'{"spans": [{"start": 40, "text": "..."}, {"start": 90, "tokens": [464]}]}\' or @FILE',
     )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:N")
-    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
     p.add_argument("--backend", choices=("auto", "sdpa", "flex"), default="auto", help="attention (auto: per device)")
-    p.add_argument("--no-progress", action="store_true", help="no tqdm bar on stderr")
+    add_runtime_args(p)
     p.set_defaults(run=run)
 
 
-def _prompt(args, config: dict):
+def _prompt(args, config):
     """Prompt from --prompt / --infill; text is tokenized only when there is some."""
     from .prompt import PromptBuilder, parse_infill
 
@@ -55,9 +53,7 @@ def _prompt(args, config: dict):
     def encode(text: str) -> list[int]:
         nonlocal tokenizer
         if tokenizer is None:
-            from ..data.tokenizer import TiktokenTokenizer
-
-            tokenizer = TiktokenTokenizer(config.get("tokenizer", "gpt2"))
+            tokenizer = config.build_tokenizer(args.model, check_vocab=False)
         return tokenizer.encode(text)
 
     builder = PromptBuilder()
@@ -72,16 +68,12 @@ def _prompt(args, config: dict):
 
 def check_args(args):
     """(config, SampleConfig, Prompt) from the command line and config.json alone -- no weights read."""
-    from ..model import AOGPTModelArgs
-    from ..pretrained import read_config
+    from ..model_dir import read_config
     from .generate import SampleConfig
     from .sampling import SamplingParams
 
     config = read_config(args.model)
-    try:
-        model_args = AOGPTModelArgs.from_dict(config["model_args"])
-    except (KeyError, TypeError, ValueError) as e:
-        raise UserError(f"model directory {args.model!r}: bad model_args in config.json ({e})") from None
+    model_args = config.model_args
     length = model_args.max_seq_len if args.length is None else args.length
     if args.length is not None and not 1 <= length <= model_args.max_seq_len:
         raise UserError(f"--length {length} is outside the model's positions; allowed: 1..{model_args.max_seq_len}")
@@ -104,43 +96,43 @@ def check_args(args):
 
 
 def run(args) -> int:
-    from ..pretrained import load_pretrained
-    from .device import device_name, resolve_device, resolve_dtype
-    from .generate import generate
+    from ..devices import device_name, resolve_device, resolve_dtype
+    from ..model_dir import load_model_dir
+    from .generate import generate, samples_record
 
     config, sample_config, prompt = check_args(args)
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype)
-    pretrained = load_pretrained(args.model, device=device, dtype=dtype)
+    model_dir = load_model_dir(args.model, device=device, dtype=dtype)
     progress = not args.no_progress
-    result = generate(pretrained.model, sample_config, prompt, progress=progress)
-    tokenizer = pretrained.tokenizer()
-    texts = [tokenizer.decode(row) for row in result.tokens.tolist()]
+    result = generate(model_dir.model, sample_config, prompt, progress=progress)
+    tokenizer = model_dir.tokenizer(check_vocab=False)
+    tokens = result.tokens.tolist()
+    texts = [tokenizer.decode(row) for row in tokens]
     if args.json:
-        out = {
-            "samples": [{"tokens": t, "text": s} for t, s in zip(result.tokens.tolist(), texts, strict=True)],
-            "tokens": result.tokens.tolist(),
-            "text": texts,
-            "tokenizer": config.get("tokenizer", "gpt2"),
-            "model": args.model,
-            "length": sample_config.length,
-            "num_samples": sample_config.num_samples,
-            "given_positions": list(prompt.positions),
-            "steps": result.steps,
-            "forward_passes": result.forward_passes,
-            "seconds": round(result.seconds, 6),
-            "tokens_per_second": round(result.tokens_per_second, 3),
-            "order": sample_config.order,
-            "schedule": sample_config.schedule,
-            "counts": sample_config.counts,
-            "temperature": sample_config.sampling.temperature,
-            "top_p": sample_config.sampling.top_p,
-            "top_k": sample_config.sampling.top_k,
-            "seed": sample_config.seed,
-            "device": device_name(device),
-            "backend": args.backend,
-            "dtype": args.dtype,
-        }
+        out = samples_record(
+            tokens,
+            texts,
+            tokenizer=config.tokenizer,
+            model=args.model,
+            length=sample_config.length,
+            num_samples=sample_config.num_samples,
+            given_positions=list(prompt.positions),
+            steps=result.steps,
+            forward_passes=result.forward_passes,
+            seconds=round(result.seconds, 6),
+            tokens_per_second=round(result.tokens_per_second, 3),
+            order=sample_config.order,
+            schedule=sample_config.schedule,
+            counts=sample_config.counts,
+            temperature=sample_config.sampling.temperature,
+            top_p=sample_config.sampling.top_p,
+            top_k=sample_config.sampling.top_k,
+            seed=sample_config.seed,
+            device=device_name(device),
+            backend=args.backend,
+            dtype=args.dtype,
+        )
         print(json.dumps(out))
         return 0
     for i, text in enumerate(texts):

@@ -1,23 +1,113 @@
-"""AO-GPT's layers run on a few new slots against the static KV cache (one cached forward pass).
+"""AO-GPT's layers run on a few new slots against a static KV cache (one cached forward pass).
 
 A slot is described exactly as in training: the token it reads and that token's position (or the
 [None] start slot), plus the target position it is conditioned on. New keys/values are written
 into the cache first, then the slots attend over the cache under the step's mask -- so nothing is
 concatenated or reallocated per step. The layers are those of the model's decode view
 (decode_view.py: adaLN as per-position tables, packed Linears on CPU).
+
+The cache is preallocated gpt-fast style: one buffer per layer, written in place. Cache slot j holds
+the keys/values of decoder slot j (slot 0 = [None], slot j = the j-th token in the sample's order).
+n positions need at most n real slots; slot n is a scratch row that padded queries of a ragged batch
+write into, so every write has a valid target and nothing real is hit.
+
+Attention runs as SDPA with a dense boolean mask or as compiled FlexAttention with a BlockMask; both
+compute the same masked softmax attention (tests check they agree). Which is faster depends on the
+device: on CPU in torch 2.13, SDPA with a bool mask beats compiled flex at every decode shape, while
+on CUDA flex skips the masked-out blocks of the static cache. `auto` picks per device.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
+from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
+from ..errors import UserError
 from ..model import AOGPT
-from .attention import flex_attend, resolve_backend, sdpa_attend
 from .decode_view import decode_model
-from .kv_cache import KVCache
 from .masks import FlexStepMask, dense_mask
 
+# ---- attention backends ---------------------------------------------------------------------
+BACKENDS = ("auto", "sdpa", "flex")
 
+_compiled_flex = None
+
+
+def compiled_flex_attention():
+    """The one compiled flex instance of the process (dynamic=True: ~3 graphs for all step shapes).
+
+    Each new `torch.compile(flex_attention)` wrapper shares the code cache and eats into
+    `recompile_limit`, so there must be only one (as torchtitan does).
+    """
+    global _compiled_flex
+    if _compiled_flex is None:
+        _compiled_flex = torch.compile(flex_attention, dynamic=True)
+    return _compiled_flex
+
+
+# Compiled flex on CPU (torch 2.13) returns wrong attention for head_dim 8 and 16 whenever the key
+# length is not a multiple of 128 (checked against SDPA; 24, 32, 48, 64, 128 are right).
+CPU_FLEX_MIN_HEAD_DIM = 24
+
+
+def resolve_backend(backend: str, device: torch.device | str, head_dim: int | None = None) -> str:
+    if backend not in BACKENDS:
+        raise UserError(f"backend={backend!r} is not supported; allowed: {', '.join(BACKENDS)}")
+    on_cpu = torch.device(device).type == "cpu"
+    if backend == "auto":
+        return "sdpa" if on_cpu else "flex"
+    if backend == "flex" and on_cpu and head_dim is not None and head_dim < CPU_FLEX_MIN_HEAD_DIM:
+        raise UserError(
+            f"backend='flex' on CPU gives wrong results for head_dim={head_dim} in this torch "
+            f"(needs head_dim >= {CPU_FLEX_MIN_HEAD_DIM}); use backend 'sdpa' or 'auto'"
+        )
+    return backend
+
+
+def sdpa_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """q (B, H, W, Dh) against k, v (B, H, S, Dh); mask (B or 1, 1, W, S) bool, True = attend."""
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def flex_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask: BlockMask) -> torch.Tensor:
+    return compiled_flex_attention()(q, k, v, block_mask=block_mask)
+
+
+# ---- the static cache -----------------------------------------------------------------------
+class KVCache:
+    def __init__(
+        self,
+        n_layers: int,
+        batch: int,
+        n_heads: int,
+        slots: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
+    ):
+        shape = (n_layers, batch, n_heads, slots, head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.batch_index = torch.arange(batch, device=device).unsqueeze(1)
+
+    @property
+    def slots(self) -> int:
+        return self.k.shape[3]
+
+    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor) -> None:
+        """k, v: (B, H, W, Dh) go to cache slots `slots` (B, W), per sample."""
+        self.k[layer][self.batch_index, :, slots] = k.transpose(1, 2)
+        self.v[layer][self.batch_index, :, slots] = v.transpose(1, 2)
+
+    def write_range(self, layer: int, k: torch.Tensor, v: torch.Tensor, start: int) -> None:
+        """Same slots start..start+W-1 for every sample (lock-step batches, AR decoding)."""
+        width = k.shape[2]
+        self.k[layer][:, :, start : start + width] = k
+        self.v[layer][:, :, start : start + width] = v
+
+
+# ---- the cached forward pass ----------------------------------------------------------------
 class CachedDecoder:
     def __init__(self, model: AOGPT, batch: int, slots: int, backend: str = "auto", linears: str = "auto"):
         args = model.model_args

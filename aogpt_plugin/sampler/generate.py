@@ -25,15 +25,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..data.orders import mix_seed
+from ..devices import synchronize
 from ..errors import UserError
 from ..model import AOGPT
-from .attention import BACKENDS
-from .decoder import CachedDecoder
-from .device import synchronize
-from .linears import LINEAR_KERNELS
-from .orders import ORDERS, generation_orders
-from .prompt import Prompt
+from ..orders import READ_ORDERS
+from ..seeding import stream_generator
+from .decode_view import LINEAR_KERNELS
+from .decoder import BACKENDS, CachedDecoder
+from .prompt import Prompt, generation_orders
 from .sampling import SamplingParams, noise_workspace, sample_tokens
 from .schedule import COUNTS, SCHEDULES, step_counts
 
@@ -58,7 +57,7 @@ class SampleConfig:
         if not 1 <= self.length <= max_positions:
             raise UserError(f"length={self.length} is outside the model's positions; allowed: 1..{max_positions}")
         for name, value, allowed in (
-            ("order", self.order, ORDERS),
+            ("order", self.order, READ_ORDERS),
             ("schedule", self.schedule, SCHEDULES),
             ("counts", self.counts, COUNTS),
             ("backend", self.backend, BACKENDS),
@@ -106,14 +105,21 @@ class GenerationResult:
         return self.generated_tokens / max(self.seconds, 1e-9)
 
 
+def samples_record(tokens: list[list[int]], texts: list[str], **meta) -> dict:
+    """The samples-file layout that `aogpt sample --json` prints and `aogpt eval genppl --save-samples`
+    writes (eval/samples.py reads it): one record per sample, the same columns, then the settings."""
+    samples = [{"tokens": t, "text": s} for t, s in zip(tokens, texts, strict=True)]
+    return {"samples": samples, "tokens": tokens, "text": texts, **meta}
+
+
 def plan_generator(seed: int) -> torch.Generator:
     """Draws orders and binomial counts (CPU)."""
-    return torch.Generator().manual_seed(mix_seed(seed, 0x0BDE))
+    return stream_generator("sample_plan", seed)
 
 
 def noise_generator(seed: int, device: torch.device | str) -> torch.Generator:
     """Draws the Gumbel noise of every token, on the model's device."""
-    return torch.Generator(device=device).manual_seed(mix_seed(seed, 0x6E75))
+    return stream_generator("sample_noise", seed, device=device)
 
 
 @torch.inference_mode()

@@ -10,7 +10,8 @@ token ids:
 
 Spans may not overlap and must lie inside the sampled length n. `--prompt TEXT` is the span
 {"start": 0, "text": TEXT}. The given tokens are read first (in ascending position) and never
-change; every other position is generated.
+change; every other position is generated, in the fill order: uniformly random per sample (the MDM
+reverse process), left to right, or given by the caller (`generation_orders`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import UserError
+from ..orders import L2R, RANDOM, READ_ORDERS
 
 
 @dataclass(frozen=True)
@@ -121,3 +123,39 @@ def parse_infill(spec: str | dict, encode=None, builder: PromptBuilder | None = 
             raise UserError(f"--infill span {i} is empty")
         builder.add(span["start"], tokens)
     return builder
+
+
+# ---- generation orders -----------------------------------------------------------------------
+def fill_orders(
+    free: torch.Tensor, batch: int, order: str | torch.Tensor = "random", generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """(batch, len(free)): the free positions in the order they are generated."""
+    m = free.numel()
+    if isinstance(order, torch.Tensor):
+        given = order.long().cpu()
+        if given.dim() == 1:
+            given = given.expand(batch, -1)
+        if given.shape != (batch, m):
+            raise UserError(f"order has shape {tuple(order.shape)}; allowed: ({m},) or ({batch}, {m})")
+        if not torch.equal(given.sort(dim=1).values, free.expand(batch, m)):
+            raise UserError("order must list each position to generate exactly once (a permutation of them)")
+        return given.clone()
+    if order == L2R:
+        return free.expand(batch, m).clone()
+    if order == RANDOM:
+        return torch.stack([free[torch.randperm(m, generator=generator)] for _ in range(batch)])
+    raise UserError(f"order={order!r} is not supported; allowed: {', '.join(READ_ORDERS)} or a tensor of positions")
+
+
+def generation_orders(
+    length: int,
+    batch: int,
+    prompt: Prompt | None = None,
+    order: str | torch.Tensor = "random",
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """(batch, length) permutations: prompt positions first, then the fill order."""
+    prompt = prompt or Prompt()
+    given = torch.tensor(prompt.positions, dtype=torch.long).expand(batch, len(prompt))
+    filled = fill_orders(prompt.free_positions(length), batch, order, generator)
+    return torch.cat([given, filled], dim=1)

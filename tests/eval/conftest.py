@@ -1,10 +1,9 @@
 """Fixtures shared by the evaluation tests."""
 
 import pytest
+from conftest import tiny_model
 
 from aogpt_plugin.model import AOGPT
-
-from .tiny_models import build_model
 
 
 @pytest.fixture(autouse=True)
@@ -14,4 +13,4 @@ def _single_thread(one_cpu_thread):
 
 @pytest.fixture(scope="module")
 def model() -> AOGPT:
-    return build_model()
+    return tiny_model(preset="eval")

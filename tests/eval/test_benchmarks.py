@@ -1,12 +1,17 @@
-"""Benchmark documents: where they are read from, what one document is, and one-line errors."""
+"""Benchmark documents: where they are read from, what one document is, one-line errors; and packing:
+EOS after every document, one stream, only the final partial chunk dropped, with the document / token /
+chunk counts of the benchmark files in ../shared/data."""
 
 import json
 
 import pytest
+import torch
+from conftest import SHARED_DATA
 
+from aogpt_plugin.data.tokenizer import TiktokenTokenizer
 from aogpt_plugin.errors import UserError
 from aogpt_plugin.eval import benchmarks
-from aogpt_plugin.eval.benchmarks import BENCHMARKS, check_dataset_arg, data_dir, load_documents
+from aogpt_plugin.eval.benchmarks import BENCHMARKS, check_dataset_arg, data_dir, load_documents, pack_documents
 
 
 @pytest.fixture
@@ -25,10 +30,17 @@ def fake_data(tmp_path, monkeypatch):
     return tmp_path
 
 
-def test_data_dir_defaults_to_shared_data_beside_the_repo(monkeypatch):
+def test_data_dir_comes_from_the_flag_or_the_environment_never_from_the_install(monkeypatch, tmp_path):
     monkeypatch.delenv("AOGPT_DATA_DIR", raising=False)
-    repo = __import__("pathlib").Path(benchmarks.__file__).resolve().parents[2]
-    assert data_dir() == repo.parent / "shared" / "data"
+    assert data_dir() is None  # an installed wheel has no ../shared beside it: the hub is tried instead
+    monkeypatch.setenv("AOGPT_DATA_DIR", str(tmp_path))
+    assert data_dir() == tmp_path
+    other = tmp_path / "other"
+    other.mkdir()
+    assert data_dir(str(other)) == other  # --data-dir wins
+    with pytest.raises(UserError, match="--data-dir .* is not a folder") as info:
+        data_dir(str(tmp_path / "missing"))
+    assert "\n" not in str(info.value)
 
 
 def test_wikitext_document_is_a_line_and_blank_lines_are_empty_documents(fake_data):
@@ -81,3 +93,56 @@ def test_every_benchmark_has_a_test_split_and_a_hub_source():
     for bench in BENCHMARKS.values():
         assert "test" in bench.local
         assert bench.hub.dataset
+
+
+# ---- packing -----------------------------------------------------------------------------------
+EOS = 50256
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return TiktokenTokenizer("gpt2")
+
+
+def test_eos_after_each_document_and_final_partial_chunk_dropped(tokenizer):
+    texts = ["Hello world", "", "A second document."]
+    packed = pack_documents(texts, tokenizer, seq_len=4)
+    stream = tokenizer.encode("Hello world") + [EOS, EOS] + tokenizer.encode("A second document.") + [EOS]
+    assert packed.tokens == len(stream) == 9
+    assert packed.documents == 3
+    assert packed.dropped_tokens == 1
+    assert packed.chunks.tolist() == [stream[0:4], stream[4:8]]
+    assert packed.chunks.dtype == torch.long
+
+
+def test_fewer_tokens_than_one_chunk_gives_no_chunks(tokenizer):
+    packed = pack_documents(["short"], tokenizer, seq_len=64)
+    assert packed.num_chunks == 0 and packed.dropped_tokens == packed.tokens == 2
+
+
+# (dataset, split): documents (= lines/records in shared/data/README.md), tokens with EOS, chunks of 1024, dropped
+SHARED_DATA_COUNTS = {
+    ("wikitext2", "test"): (4358, 274796, 268, 364),
+    ("wikitext2", "validation"): (3760, 239912, 234, 296),
+    ("wikitext103", "test"): (4358, 274796, 268, 364),
+    ("wikitext103", "validation"): (3760, 239912, 234, 296),
+    ("ptb", "test"): (3761, 91135, 88, 1023),
+    ("ptb", "validation"): (3370, 81773, 79, 877),
+    ("lambada", "test"): (5153, 428743, 418, 711),
+    ("lm1b", "test"): (6075, 176267, 172, 139),
+}
+
+
+@pytest.mark.parametrize(("dataset", "split"), list(SHARED_DATA_COUNTS))
+def test_shared_data_counts(dataset, split, tokenizer, monkeypatch):
+    monkeypatch.setenv("AOGPT_DATA_DIR", str(SHARED_DATA))
+    if not (data_dir() / BENCHMARKS[dataset].local[split][0]).is_file():
+        pytest.skip(f"{dataset} {split} is not in {data_dir()}")
+    docs = load_documents(dataset, split)
+    packed = pack_documents(docs.texts, tokenizer, seq_len=1024)
+    counts = (packed.documents, packed.tokens, packed.num_chunks, packed.dropped_tokens)
+    print(f"{dataset} {split}: documents, tokens, chunks of 1024, dropped = {counts}")
+    assert counts == SHARED_DATA_COUNTS[(dataset, split)]
+    assert packed.tokens == sum(len(tokenizer.encode(t)) + 1 for t in docs.texts)
+    assert packed.num_chunks * 1024 + packed.dropped_tokens == packed.tokens
+    assert (packed.chunks == EOS).sum().item() <= packed.documents

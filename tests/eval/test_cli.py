@@ -6,14 +6,13 @@ import math
 
 import pytest
 import torch
+from conftest import tiny_model
 
 from aogpt_plugin import cli
 from aogpt_plugin.eval.ensemble import ensemble_nll, member_nlls
-from aogpt_plugin.eval.likelihood import token_nlls
-from aogpt_plugin.eval.orders import base_order
-from aogpt_plugin.pretrained import load_pretrained, save_pretrained
-
-from .tiny_models import build_model
+from aogpt_plugin.eval.perplexity import base_order
+from aogpt_plugin.likelihood import token_nlls
+from aogpt_plugin.model_dir import load_model_dir, save_model
 
 GPT2_VOCAB = 50257
 SEQ = 24  # the saved models' positions
@@ -28,8 +27,8 @@ def eval_commands_only(monkeypatch):
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("models") / "tiny-gpt2"
-    model = build_model(vocab_size=GPT2_VOCAB, max_seq_len=SEQ, dim=32, scale=5.0)
-    save_pretrained(model, str(path), step=7, weights="ema")
+    model = tiny_model(vocab_size=GPT2_VOCAB, max_seq_len=SEQ, dim=32, scale=5.0, preset="eval")
+    save_model(model, str(path), step=7, weights="ema")
     return str(path)
 
 
@@ -61,8 +60,7 @@ def run_error(capsys, argv: list[str]) -> str:
 
 def chunks_of(record_tokens: int, model_dir, text_file, seq_len, count):
     from aogpt_plugin.data.tokenizer import TiktokenTokenizer
-    from aogpt_plugin.eval.benchmarks import load_documents
-    from aogpt_plugin.eval.packing import pack_documents
+    from aogpt_plugin.eval.benchmarks import load_documents, pack_documents
 
     packed = pack_documents(load_documents(text_file).texts, TiktokenTokenizer("gpt2"), seq_len)
     assert packed.tokens == record_tokens
@@ -76,7 +74,7 @@ def test_ppl_l2r_json_matches_a_direct_computation(capsys, model_dir, text_file)
     assert (rec["weights"], rec["step"], rec["orders"], rec["M"], rec["seed"]) == ("ema", 7, 1, 1, 0)
     assert rec["nll_se_orders"] == 0.0
     chunks = chunks_of(rec["dataset_tokens"], model_dir, text_file, SEQ, rec["chunks"])
-    model = load_pretrained(model_dir).model
+    model = load_model_dir(model_dir).model
     nll = token_nlls(model, chunks, None).double().mean().item()
     assert rec["nll"] == pytest.approx(nll, rel=1e-6)
     assert rec["ppl"] == pytest.approx(math.exp(nll), rel=1e-6)
@@ -93,7 +91,7 @@ def test_ppl_random_orders_with_ensemble_and_max_chunks(capsys, model_dir, text_
     assert cost["authors"] == 2 * 3 * ((12 + 1) + 3 * 12 * 13) and cost["saving"] > 1.5
     # the same numbers from the library, chunk by chunk and order by order
     chunks = chunks_of(rec["dataset_tokens"], model_dir, text_file, 12, 2)
-    model = load_pretrained(model_dir).model
+    model = load_model_dir(model_dir).model
     per_pair = []
     for c in range(2):
         for k in range(3):
@@ -155,7 +153,7 @@ def test_ppl_missing_model_and_unknown_order_are_one_line_errors(capsys, tmp_pat
 
 def test_ppl_rejects_a_model_whose_vocabulary_is_not_its_tokenizers(capsys, tmp_path, text_file):
     path = tmp_path / "vocab97"
-    save_pretrained(build_model(vocab_size=97, max_seq_len=SEQ, dim=32), str(path))
+    save_model(tiny_model(vocab_size=97, max_seq_len=SEQ, dim=32, preset="eval"), str(path))
     msg = run_error(capsys, ["eval", "ppl", "--model", str(path), "--dataset", text_file, "--order", "l2r"])
     assert "97-token vocabulary" in msg
 
@@ -176,7 +174,7 @@ def test_genppl_sampler_json_scored_directly(capsys, tmp_path, model_dir):
     rec = run_json(capsys, ["eval", "genppl", "--samples", path, "--scorer", model_dir, "--batch-size", "2"])
     assert (rec["samples"], rec["tokens"], rec["token_ids"], rec["weights"]) == (3, 3 * SEQ, "direct", "ema")
     assert rec["samples_meta"] == {"temperature": 1.0}
-    nll = token_nlls(load_pretrained(model_dir).model, ids, None).double()
+    nll = token_nlls(load_model_dir(model_dir).model, ids, None).double()
     per_sample = nll.mean(1).exp()
     assert rec["sample_ppls"] == pytest.approx(per_sample.tolist(), rel=1e-6)
     assert rec["sample_ppl_mean"] == pytest.approx(per_sample.mean().item(), rel=1e-6)
@@ -218,7 +216,7 @@ def test_genppl_errors(capsys, tmp_path, model_dir, monkeypatch):
     assert "does not use the samples' llama vocabulary" in msg
     assert "cannot be decoded here" in run_error(capsys, [*base, "--samples", other])
     vocab97 = tmp_path / "vocab97"
-    save_pretrained(build_model(vocab_size=97, max_seq_len=SEQ, dim=32), str(vocab97))
+    save_model(tiny_model(vocab_size=97, max_seq_len=SEQ, dim=32, preset="eval"), str(vocab97))
     good = sampler_json(tmp_path / "good.json", ids)
     msg = run_error(capsys, ["eval", "genppl", "--samples", good, "--scorer", str(vocab97)])
     assert "97-token vocabulary" in msg
@@ -249,5 +247,5 @@ def test_genppl_reads_aogpt_sample_json(capsys, tmp_path, model_dir, monkeypatch
     rec = run_json(capsys, ["eval", "genppl", "--samples", str(path), "--scorer", model_dir])
     assert (rec["samples"], rec["tokens"], rec["token_ids"]) == (2, 24, "direct")
     assert "tokens" not in rec["samples_meta"] and rec["samples_meta"]["steps"] == 3
-    nll = token_nlls(load_pretrained(model_dir).model, torch.tensor(drawn["tokens"]), None).double()
+    nll = token_nlls(load_model_dir(model_dir).model, torch.tensor(drawn["tokens"]), None).double()
     assert rec["sample_ppls"] == pytest.approx(nll.mean(1).exp().tolist(), rel=1e-6)

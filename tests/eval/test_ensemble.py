@@ -6,12 +6,11 @@ import math
 
 import pytest
 import torch
+from conftest import tiny_model
 
-from aogpt_plugin.eval.ensemble import SlotCost, ensemble_nll, ensemble_sizes, member_nlls
-from aogpt_plugin.eval.likelihood import token_nlls
-from aogpt_plugin.eval.orders import base_order, context_permutations
-
-from .tiny_models import build_model
+from aogpt_plugin.eval.ensemble import SlotCost, context_permutations, ensemble_nll, ensemble_sizes, member_nlls
+from aogpt_plugin.eval.perplexity import base_order
+from aogpt_plugin.likelihood import token_nlls
 
 SEED_PARTS = (5, 2, 1)  # (seed, chunk, draw)
 
@@ -36,7 +35,7 @@ def fast(model, tokens, sigma, members, budget, cost=None):
 
 @pytest.mark.parametrize(("conditioning", "budget"), [("adaln", 40), ("adaln", 7), ("concat", 1000)])
 def test_batched_members_equal_a_full_forward_per_target_and_member(conditioning, budget):
-    model = build_model(conditioning=conditioning)
+    model = tiny_model(conditioning=conditioning, preset="eval")
     tokens = torch.randint(0, 97, (14,), generator=torch.Generator().manual_seed(0))
     sigma = base_order("random", 14, seed=0, chunk=0, draw=0)
     got = fast(model, tokens, sigma, 5, budget)
@@ -66,7 +65,7 @@ def test_members_are_averaged_in_probability_space(model):
 
 def test_ensemble_joint_is_a_normalised_distribution_by_enumeration():
     """2-token vocabulary, 3-token sequences: sum over all 8 sequences of prod_i p_ens = 1."""
-    model = build_model(vocab_size=2, max_seq_len=3, scale=4.0)
+    model = tiny_model(vocab_size=2, max_seq_len=3, scale=4.0, preset="eval")
     sigma = torch.tensor([2, 0, 1])
     joint = []
     for seq in itertools.product([0, 1], repeat=3):
@@ -106,3 +105,15 @@ def test_ensemble_sizes_are_powers_of_two_and_the_requested_size():
     assert ensemble_sizes(1) == [1]
     assert ensemble_sizes(8) == [1, 2, 4, 8]
     assert ensemble_sizes(6) == [1, 2, 4, 6]
+
+
+def test_context_permutations_are_permutations_and_nested_in_the_count():
+    perms = context_permutations(seed=0, chunk=1, draw=0, index=12, count=7)
+    assert perms.shape == (7, 12)
+    assert all(torch.equal(torch.sort(p).values, torch.arange(12)) for p in perms)
+    assert torch.equal(context_permutations(0, 1, 0, 12, 3), perms[:3])
+    assert not torch.equal(context_permutations(0, 1, 0, 13, 3)[:, :12], perms[:3])
+
+
+def test_no_members_beyond_the_base_gives_an_empty_draw():
+    assert context_permutations(0, 0, 0, 5, 0).shape == (0, 5)

@@ -6,14 +6,13 @@ import math
 
 import pytest
 import torch
+from conftest import tiny_model
 
 from aogpt_plugin.errors import UserError
 from aogpt_plugin.eval.genppl import prepare, summarize, unigram_entropy
 from aogpt_plugin.eval.samples import read_samples
 from aogpt_plugin.eval.scorers import AOGPTScorer, shifted_nll_sums
-from aogpt_plugin.pretrained import save_pretrained
-
-from .tiny_models import build_model
+from aogpt_plugin.model_dir import save_model
 
 
 def write(tmp_path, name, content) -> str:
@@ -91,7 +90,7 @@ def test_hf_style_scoring_skips_the_first_token_and_padding():
 @pytest.fixture(scope="module")
 def scorer(tmp_path_factory):
     path = tmp_path_factory.mktemp("scorer") / "m"
-    save_pretrained(build_model(vocab_size=50257, max_seq_len=16, dim=32), str(path))
+    save_model(tiny_model(vocab_size=50257, max_seq_len=16, dim=32, preset="eval"), str(path))
     return AOGPTScorer(str(path), "cpu", torch.float32)
 
 

@@ -7,10 +7,8 @@ import pytest
 import torch
 
 from aogpt_plugin.eval.ensemble import ensemble_nll
-from aogpt_plugin.eval.likelihood import token_nlls
-from aogpt_plugin.eval.orders import base_order
-from aogpt_plugin.eval.perplexity import score_chunks
-from aogpt_plugin.eval.stats import estimate
+from aogpt_plugin.eval.perplexity import base_order, estimate, score_chunks
+from aogpt_plugin.likelihood import token_nlls
 
 from .test_ensemble import naive_member_nlls
 
@@ -87,10 +85,22 @@ def test_standard_errors():
 
 
 def test_the_cost_table_replays_the_grouping_of_a_run(model, chunks):
-    from aogpt_plugin.eval.cost import pair_cost
+    from aogpt_plugin.eval.ensemble import pair_cost
 
     scores = score_chunks(model, chunks[:1], "random", members=3, batch_size=2)
     table = pair_cost(10, 3, batch_size=2)
     assert scores.cost.computed == table["slots_computed"]
     assert (scores.cost.needed, scores.cost.authors) == (table["slots_needed"], table["slots_authors"])
     assert table["attention_authors"] == (1 + 2 * 10) * 11 * 12 // 2
+
+
+def test_l2r_is_the_identity():
+    assert torch.equal(base_order("l2r", 9, seed=3, chunk=4, draw=1), torch.arange(9))
+
+
+def test_random_orders_are_permutations_fixed_by_seed_chunk_and_draw():
+    a = base_order("random", 50, seed=0, chunk=7, draw=2)
+    assert torch.equal(torch.sort(a).values, torch.arange(50))
+    assert torch.equal(a, base_order("random", 50, seed=0, chunk=7, draw=2))
+    others = [base_order("random", 50, 1, 7, 2), base_order("random", 50, 0, 8, 2), base_order("random", 50, 0, 7, 3)]
+    assert all(not torch.equal(a, b) for b in others)

@@ -16,7 +16,7 @@ import pytest
 import torch
 from conftest import tiny_model
 
-from aogpt_plugin.loss import token_nll
+from aogpt_plugin.likelihood import token_nll
 
 VOCAB, N = 61, 16
 

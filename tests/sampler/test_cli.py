@@ -5,17 +5,16 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import tiny_model
 
 from aogpt_plugin.cli import main
-from aogpt_plugin.pretrained import save_pretrained
-
-from .models import build_model
+from aogpt_plugin.model_dir import save_model
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("cli") / "model"
-    save_pretrained(build_model("adaln", max_seq_len=24), str(path))
+    save_model(tiny_model("adaln", max_seq_len=24, preset="sampler"), str(path))
     return str(path)
 
 

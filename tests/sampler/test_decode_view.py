@@ -1,5 +1,6 @@
 """The sampler's view of a model: same samples with either Linear kernel, the caller's model
-untouched, parameters shared, and never stale after the weights change in place."""
+untouched, parameters shared, and never stale after the weights change in place; packed Linears
+equal F.linear, the kernel choice and its errors; adaLN tables equal the adaLN of each target."""
 
 from __future__ import annotations
 
@@ -8,14 +9,19 @@ import dataclasses
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
+from conftest import needs_onednn, tiny_model
 
+from aogpt_plugin.errors import UserError
 from aogpt_plugin.sampler import SampleConfig, generate
-from aogpt_plugin.sampler.decode_view import decode_model
-from aogpt_plugin.sampler.encoder_mdm import build_encoder_mdm, encoder_generate
-from aogpt_plugin.sampler.linears import PackedLinear
-from aogpt_plugin.sampler.modulation import ModulationTable
-
-from .models import build_model, needs_onednn
+from aogpt_plugin.sampler.decode_view import (
+    ModulationTable,
+    PackedLinear,
+    build_view,
+    decode_model,
+    resolve_linear_kernel,
+    tabulate_modulation,
+)
 
 
 def _close_traces(a, b):
@@ -26,7 +32,7 @@ def _close_traces(a, b):
 @needs_onednn
 @pytest.mark.parametrize("conditioning", ["adaln", "concat", "none"])
 def test_onednn_and_aten_sample_the_same_tokens(conditioning):
-    model = build_model(conditioning, seed=3)
+    model = tiny_model(conditioning, seed=3, preset="sampler")
 
     def run(linears):
         config = SampleConfig(length=23, steps=7, num_samples=3, counts="binomial", seed=5, linears=linears)
@@ -38,18 +44,8 @@ def test_onednn_and_aten_sample_the_same_tokens(conditioning):
 
 
 @needs_onednn
-def test_encoder_baseline_samples_alike_with_either_kernel():
-    from aogpt_plugin.model import AOGPTModelArgs
-
-    args = AOGPTModelArgs(dim=32, n_layers=2, n_heads=2, vocab_size=50, max_seq_len=24)
-    model = build_encoder_mdm(args, "cpu")
-    aten = encoder_generate(model, 24, 6, batch=2, seed=1, linears="aten").tokens
-    assert torch.equal(aten, encoder_generate(model, 24, 6, batch=2, seed=1, linears="onednn").tokens)
-
-
-@needs_onednn
 def test_view_shares_parameters_and_leaves_the_model_alone():
-    model = build_model("adaln", seed=1)
+    model = tiny_model("adaln", seed=1, preset="sampler")
     view = decode_model(model, "onednn")
     assert view is decode_model(model, "onednn")  # built once, then reused
     assert view.model is not model and view.tabled and view.linears == "onednn"
@@ -66,15 +62,79 @@ def test_view_shares_parameters_and_leaves_the_model_alone():
 @pytest.mark.parametrize("changed", ["output.weight", "layers.1.adaln.weight", "target_embeddings.weight"])
 def test_weights_written_in_place_are_picked_up(linears, changed):
     """A model that keeps training (or loads new weights) must never sample with the old ones."""
-    model = build_model("adaln", seed=1)
+    model = tiny_model("adaln", seed=1, preset="sampler")
     config = SampleConfig(length=20, steps=5, num_samples=2, seed=2, linears=linears)
     before = generate(model, config, record=True)
     with torch.no_grad():
         model.get_parameter(changed).mul_(-1.5)
     after = generate(model, config, record=True)
-    fresh = build_model("adaln", seed=1)
+    fresh = tiny_model("adaln", seed=1, preset="sampler")
     fresh.load_state_dict(model.state_dict())
     reference = generate(fresh, dataclasses.replace(config), record=True)
     assert not torch.equal(before.trace[0].logits, after.trace[0].logits)
     assert torch.equal(after.tokens, reference.tokens)
     _close_traces(after, reference)
+
+
+# ---- Linear kernels ----------------------------------------------------------------------------
+@needs_onednn
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("shape", [(1, 64), (7, 64), (3, 5, 64)])
+def test_packed_linear_equals_f_linear(bias, shape):
+    torch.manual_seed(0)
+    linear = nn.Linear(64, 96, bias=bias)
+    x = torch.randn(shape)
+    torch.testing.assert_close(PackedLinear(linear)(x), F.linear(x, linear.weight, linear.bias))
+
+
+@needs_onednn
+def test_packed_linear_takes_non_contiguous_input():
+    torch.manual_seed(0)
+    linear = nn.Linear(64, 32)
+    x = torch.randn(4, 64, 6).transpose(1, 2)  # (4, 6, 64), not contiguous
+    torch.testing.assert_close(PackedLinear(linear)(x), linear(x))
+
+
+@needs_onednn
+def test_kernel_choice():
+    assert resolve_linear_kernel("auto", "cpu", torch.float32) == "onednn"
+    assert resolve_linear_kernel("auto", "cpu", torch.bfloat16) == "aten"
+    assert resolve_linear_kernel("aten", "cpu", torch.float32) == "aten"
+
+
+@pytest.mark.parametrize(
+    "kernel,dtype,message",
+    [
+        ("mkl", torch.float32, "linears='mkl' is not supported; allowed: auto, aten, onednn"),
+        ("onednn", torch.bfloat16, "linears='onednn' needs float32 on a CPU with oneDNN"),
+    ],
+)
+def test_bad_kernel_is_one_line_error(kernel, dtype, message):
+    with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")) as info:
+        resolve_linear_kernel(kernel, "cpu", dtype)
+    assert "\n" not in str(info.value)
+
+
+def test_sample_config_names_a_bad_kernel():
+    with pytest.raises(UserError, match="linears='fast' is not supported"):
+        SampleConfig(length=8, steps=2, linears="fast").validate(max_positions=40)
+
+
+# ---- adaLN tables ------------------------------------------------------------------------------
+def test_table_rows_equal_adaln_of_each_target():
+    model = tiny_model("adaln", seed=2, preset="sampler")
+    block = model.layers["1"]
+    table = ModulationTable(block.adaln, model.target_embeddings)
+    targets = torch.tensor([[0, 5, 39], [7, 7, 1]])
+    expected = block.adaln(F.silu(model.target_embeddings(targets)))
+    torch.testing.assert_close(table(targets.unsqueeze(-1)), expected)
+
+
+def test_every_adaln_is_tabulated_and_other_conditionings_are_left_alone():
+    view = build_view(tiny_model("adaln", preset="sampler"), "aten").model
+    assert all(isinstance(b.adaln, ModulationTable) for b in view.layers.values())
+    assert isinstance(view.final_adaln, ModulationTable)
+    for conditioning in ("none", "concat"):
+        model = tiny_model(conditioning, preset="sampler")
+        assert not tabulate_modulation(model)
+        assert model.final_adaln is None

@@ -17,12 +17,12 @@ def test_sampler_runs_without_torchtitan(tmp_path):
         import sys
         import torch
         sys.path.insert(0, {str(ROOT / "tests")!r})
-        import aogpt_plugin.sampler, aogpt_plugin.pretrained
-        from aogpt_plugin.pretrained import load_pretrained, save_pretrained
+        import aogpt_plugin.sampler, aogpt_plugin.model_dir
+        from aogpt_plugin.model_dir import load_model_dir, save_model
         from aogpt_plugin.sampler import SampleConfig, generate
-        from sampler.models import build_model
-        save_pretrained(build_model(), {str(tmp_path / "m")!r})
-        model = load_pretrained({str(tmp_path / "m")!r}).model
+        from conftest import tiny_model
+        save_model(tiny_model(preset="sampler"), {str(tmp_path / "m")!r})
+        model = load_model_dir({str(tmp_path / "m")!r}).model
         result = generate(model, SampleConfig(length=12, steps=3, num_samples=2))
         assert result.tokens.shape == (2, 12)
         assert "torchtitan" not in sys.modules, "torchtitan was imported"

@@ -1,0 +1,26 @@
+"""`aogpt bench {train,sampler}`: benchmarks and the baselines they time (they measure; tests assert).
+
+    train_step.py     AO-GPT vs plain AR training step time (forward + backward + AdamW)
+    sampler_speed.py  the cached AO sampler vs the encoder-only MDM and AR decode, interleaved rounds
+    encoder_mdm.py    the encoder-only masked-diffusion baseline (bidirectional, no cache)
+    ar_decode.py      plain KV-cache autoregressive decoding of the AO-GPT backbone
+
+Each command prints its result (`--json`: one object); `scripts/update_benchmarks_doc.py` turns that
+JSON into rows of docs/benchmarks.md. The package itself never writes repository files.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+BENCH_MODULES = (
+    "aogpt_plugin.bench.train_step",
+    "aogpt_plugin.bench.sampler_speed",
+)
+
+
+def add_to(subparsers) -> None:
+    p = subparsers.add_parser("bench", help="measure training step time (AO vs AR) or sampler speed")
+    sub = p.add_subparsers(dest="bench_command", required=True, metavar="{train,sampler}")
+    for name in BENCH_MODULES:
+        importlib.import_module(name).add_to(sub)

@@ -1,0 +1,140 @@
+"""`aogpt bench train`: AO-GPT vs plain AR training step time for one flavor, measured in one run.
+
+Both variants share the backbone; AO adds the target-position table, the per-block adaLN
+projections (SiLU -> Linear(128, 6d)) and a gather of the permuted tokens, AR is `conditioning=none`
+read left to right. A step is forward + summed cross-entropy + backward + AdamW step, on random
+tokens (data loading is excluded on purpose: it is identical for both). Variants are timed in
+interleaved rounds so that drift (thermal, other processes) hits both alike; the ratio of medians
+is reported. Goal (issue 2): AO / AR <= 1.10.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+import time
+
+import torch
+
+from ..devices import device_name, resolve_device, synchronize
+from ..errors import UserError
+from ..model import AOGPT, FLAVORS
+
+VARIANTS = {"ar": ("none", "l2r"), "ao": ("adaln", "uniform"), "sigma": ("concat", "uniform")}
+
+
+def add_to(subparsers) -> None:
+    p = subparsers.add_parser("train", help="AO vs AR training step time (forward+backward+AdamW), one run")
+    p.add_argument("--flavor", default="tiny", help=f"model size: {', '.join(FLAVORS)} (default tiny)")
+    p.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default: the flavor's positions)")
+    p.add_argument("--batch", type=int, default=4, help="sequences per step (default 4)")
+    p.add_argument("--steps", type=int, default=10, help="timed steps per variant and round (default 10)")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps per variant first (default 3)")
+    p.add_argument("--variants", default="ar,ao", help=f"comma list of {', '.join(VARIANTS)} (default ar,ao)")
+    p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:N")
+    p.add_argument("--dtype", choices=("float32", "bfloat16"), default=None, help="autocast dtype (cuda: bf16)")
+    p.add_argument("--compile", action="store_true", help="torch.compile each block, as the recipes do")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(run=run)
+
+
+def check_args(args) -> list[str]:
+    if args.flavor not in FLAVORS:
+        raise UserError(f"--flavor {args.flavor!r} is unknown; allowed: {', '.join(FLAVORS)}")
+    positions = FLAVORS[args.flavor].max_seq_len
+    if args.seq_len is not None and not 2 <= args.seq_len <= positions:
+        raise UserError(f"--seq-len {args.seq_len} is outside 2..{positions} (positions of {args.flavor})")
+    for name in ("batch", "steps", "rounds"):
+        if getattr(args, name) < 1:
+            raise UserError(f"--{name} {getattr(args, name)} must be >= 1")
+    if args.warmup < 0:
+        raise UserError(f"--warmup {args.warmup} must be >= 0")
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    bad = [v for v in variants if v not in VARIANTS]
+    if bad or not variants:
+        raise UserError(f"--variants {args.variants!r} is not a comma list of {', '.join(VARIANTS)}")
+    return variants
+
+
+class Variant:
+    """One model + optimizer + fixed batch; `step()` runs one full training step."""
+
+    def __init__(self, flavor: str, conditioning: str, order: str, seq_len: int, batch: int, device, dtype, compile):
+        args = dataclasses.replace(FLAVORS[flavor], conditioning=conditioning)
+        torch.manual_seed(0)
+        with torch.device("meta"):
+            self.model = AOGPT(args)
+        self.model.to_empty(device=device)
+        self.model.init_weights()
+        if compile:
+            for name, block in self.model.layers.named_children():
+                self.model.layers.register_module(name, torch.compile(block))
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.05)
+        g = torch.Generator().manual_seed(1)
+        self.tokens = torch.randint(0, args.vocab_size, (batch, seq_len), generator=g).to(device)
+        if order == "l2r":
+            self.order = None
+            self.labels = self.tokens
+        else:
+            self.order = torch.stack([torch.randperm(seq_len, generator=g) for _ in range(batch)]).to(device)
+            self.labels = None  # gathered inside the step, as the dataloader does per batch
+        self.device, self.dtype = device, dtype
+        self.tokens_per_step = batch * seq_len
+
+    def step(self) -> None:
+        labels = self.labels if self.order is None else torch.gather(self.tokens, 1, self.order)
+        with torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32):
+            logits = self.model(self.tokens, self.order)
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), reduction="sum")
+        (loss / self.tokens_per_step).backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+
+
+def run(args) -> int:
+    variants = check_args(args)
+    device = resolve_device(args.device)
+    dtype_name = args.dtype or ("bfloat16" if device.type == "cuda" else "float32")
+    dtype = getattr(torch, dtype_name)
+    seq_len = args.seq_len or FLAVORS[args.flavor].max_seq_len
+    built = {v: Variant(args.flavor, *VARIANTS[v], seq_len, args.batch, device, dtype, args.compile) for v in variants}
+    for v in variants:
+        for _ in range(args.warmup):
+            built[v].step()
+    times: dict[str, list[float]] = {v: [] for v in variants}
+    for _ in range(args.rounds):
+        for v in variants:
+            synchronize(device)
+            for _ in range(args.steps):
+                t0 = time.perf_counter()
+                built[v].step()
+                synchronize(device)
+                times[v].append(time.perf_counter() - t0)
+    ms = {v: 1000 * statistics.median(t) for v, t in times.items()}
+    result = {
+        "flavor": args.flavor,
+        "seq_len": seq_len,
+        "batch": args.batch,
+        "device": device_name(device),
+        "dtype": dtype_name,
+        "compile": args.compile,
+        "timed_steps_per_variant": args.steps * args.rounds,
+        "median_step_ms": {v: round(m, 3) for v, m in ms.items()},
+        "tokens_per_s": {v: round(built[v].tokens_per_step / (m / 1000), 1) for v, m in ms.items()},
+    }
+    if "ao" in ms and "ar" in ms:
+        result["ao_vs_ar_step_time_ratio"] = round(ms["ao"] / ms["ar"], 4)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(
+        f"{args.flavor} seq {seq_len} batch {args.batch} on {result['device']} ({dtype_name}, compile={args.compile})"
+    )
+    for v in variants:
+        print(f"  {v:5s} {ms[v]:9.2f} ms/step  {result['tokens_per_s'][v]:10.0f} tokens/s")
+    if "ao_vs_ar_step_time_ratio" in result:
+        print(f"  AO / AR step time: {result['ao_vs_ar_step_time_ratio']:.3f} (goal <= 1.10)")
+    return 0

@@ -1,0 +1,112 @@
+"""torchtitan `build_dataloader_fn`: the packed text stream, each window read in an order sigma.
+
+torchtitan yields ({"input": x[:-1]}, x[1:]) from windows of seq_len+1 tokens; AO training needs
+the n tokens themselves, so the wrapper keeps `input` (n tokens) and replaces the shifted label
+by x[sigma]. What reaches `model(input, order=order)` and the loss:
+
+    ({"input": x, "order": sigma}, x[sigma])
+
+The order stream index is part of the dataloader state, so a resumed run draws the same orders.
+The datasets aogpt adds to torchtitan's `DATASETS` table (`--training.dataset NAME`) live here too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from torch.distributed.checkpoint.stateful import Stateful
+from torch.utils.data import IterableDataset
+
+from .data.text_files import list_text_files
+from .orders import OrderSampler
+
+OPENWEBTEXT = "Skylion007/openwebtext"
+
+
+class OrderedTextDataset(IterableDataset, Stateful):
+    def __init__(self, base, sampler: OrderSampler, stream: int):
+        self.base, self.sampler, self.stream = base, sampler, stream
+        self._index = 0  # sequences drawn so far on this stream
+
+    def __iter__(self):
+        for input_dict, _shifted in self.base:
+            x = input_dict["input"]
+            order = self.sampler.sample(self.stream, self._index)
+            self._index += 1
+            yield {"input": x, "order": order}, x[order]
+
+    def state_dict(self):
+        return {"base": self.base.state_dict(), "order_index": self._index}
+
+    def load_state_dict(self, state_dict):
+        self.base.load_state_dict(state_dict["base"])
+        self._index = state_dict["order_index"]
+
+
+def order_sampler_from_config(job_config) -> OrderSampler:
+    ao = job_config.aogpt
+    return OrderSampler(ao.order, job_config.training.seq_len, ao.p_l2r, ao.order_seed)
+
+
+def build_ordered_dataloader(dp_world_size, dp_rank, tokenizer, job_config, infinite: bool = True):
+    """The packed text stream of `[training]`, in sampled orders."""
+    from torchtitan.components.dataloader import ParallelAwareDataloader
+    from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataset
+
+    training = job_config.training
+    base = HuggingFaceTextDataset(
+        dataset_name=training.dataset,
+        dataset_path=training.dataset_path,
+        tokenizer=tokenizer,
+        seq_len=training.seq_len,
+        dp_rank=dp_rank,
+        dp_world_size=dp_world_size,
+        infinite=infinite,
+    )
+    dataset = OrderedTextDataset(base, order_sampler_from_config(job_config), stream=dp_rank)
+    kwargs = {**asdict(training.dataloader), "batch_size": training.local_batch_size}
+    return ParallelAwareDataloader(dataset, dp_rank=dp_rank, dp_world_size=dp_world_size, **kwargs)
+
+
+# ---- datasets ------------------------------------------------------------------------------
+def load_local_text(path: str):
+    """A map-style HF dataset over local .jsonl/.json (field `text`) or .txt files."""
+    from datasets import load_dataset
+
+    files = list_text_files(path)
+    if files[0].endswith(".txt"):
+        return load_dataset("text", data_files=files, sample_by="paragraph", split="train")
+    return load_dataset("json", data_files=files, split="train")
+
+
+def load_openwebtext(path: str):
+    """OpenWebText streamed from the Hugging Face hub (or any hub id / local copy given as path)."""
+    from datasets import load_dataset
+
+    return load_dataset(path or OPENWEBTEXT, split="train", streaming=True)
+
+
+def load_wikitext103_validation(path: str):
+    """WikiText-103 raw validation split from the hub (the authors' in-training validation stream)."""
+    from datasets import load_dataset
+
+    ds = load_dataset(path or "Salesforce/wikitext", "wikitext-103-raw-v1", split="validation")
+    return ds.filter(lambda row: row["text"].strip() != "")  # blank lines would become lone EOS tokens
+
+
+def _text(sample: dict[str, Any]) -> str:
+    return sample["text"]
+
+
+def register_datasets() -> None:
+    """Add `openwebtext`, `local` and `wikitext103_validation` to torchtitan's DATASETS (idempotent)."""
+    from torchtitan.hf_datasets import DatasetConfig
+    from torchtitan.hf_datasets.text_datasets import DATASETS
+
+    DATASETS.setdefault("openwebtext", DatasetConfig(path=OPENWEBTEXT, loader=load_openwebtext, sample_processor=_text))
+    DATASETS.setdefault("local", DatasetConfig(path="", loader=load_local_text, sample_processor=_text))
+    DATASETS.setdefault(
+        "wikitext103_validation",
+        DatasetConfig(path="Salesforce/wikitext", loader=load_wikitext103_validation, sample_processor=_text),
+    )

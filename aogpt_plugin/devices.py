@@ -1,0 +1,75 @@
+"""Where and how a command runs: device and dtype resolution, and the flags every command shares.
+
+`aogpt sample`, `aogpt eval ppl` and `aogpt eval genppl` take the same `--device/--dtype/--json/
+--no-progress` flags (`add_runtime_args`); the benchmarks resolve devices and name the hardware
+with the same functions, so a row says exactly what it ran on.
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+
+import torch
+
+from .errors import UserError
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(name: str | None = "auto") -> torch.device:
+    """'auto' (or None) -> cuda if available else cpu; a named device must exist."""
+    if name is None or name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UserError(f"device={name!r} is not a device; allowed: auto, cpu, cuda, cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"device={name!r} is not available here (no CUDA); allowed: auto, cpu")
+    if device.type not in ("cpu", "cuda"):
+        raise UserError(f"device={name!r} is not supported; allowed: auto, cpu, cuda, cuda:N")
+    return device
+
+
+def resolve_dtype(name: str) -> torch.dtype:
+    if name not in DTYPES:
+        raise UserError(f"dtype={name!r} is not supported; allowed: {', '.join(DTYPES)}")
+    return DTYPES[name]
+
+
+def device_name(device: torch.device) -> str:
+    """What a benchmark row should say about the hardware."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"cpu ({cpu}, {torch.get_num_threads()} threads)"
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued kernels, so wall-clock timings cover the work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def add_runtime_args(p, dtype_default: str = "float32") -> None:
+    """The four flags of every command that loads a model: where it runs and how it reports."""
+    p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:N")
+    p.add_argument("--dtype", choices=tuple(DTYPES), default=dtype_default, help=f"default {dtype_default}")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+
+class Reporter:
+    """Human-readable lines: stdout normally, stderr under --json so stdout holds only the JSON object."""
+
+    def __init__(self, json_mode: bool):
+        self.stream = sys.stderr if json_mode else sys.stdout
+
+    def __call__(self, line: str) -> None:
+        print(line, file=self.stream, flush=True)

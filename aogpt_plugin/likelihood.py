@@ -1,0 +1,52 @@
+"""Log-likelihood of tokens under an order: the one definition training, validation and evaluation share.
+
+Training minimises `ao_cross_entropy`, the summed cross-entropy over the padded vocabulary, as the
+authors train. Everything reported (validation, `aogpt eval`, scorers) uses `token_nll`, normalised
+over the tokenizer's real vocabulary only, so perplexities are proper distributions over its tokens.
+With tokens x (B, n) and an order sigma (B, n), slot j of the model scores x[sigma(j)].
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+IGNORE_INDEX = -100
+
+
+def ao_cross_entropy(pred: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Summed CE over the padded vocabulary (torchtitan divides by the global token count)."""
+    return F.cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1), reduction="sum", ignore_index=IGNORE_INDEX)
+
+
+def token_nll(logits: torch.Tensor, labels: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """-log p(label) per slot over the real vocabulary (padding rows excluded); float32, shape of `labels`."""
+    logp = torch.log_softmax(logits[..., :vocab_size].float(), dim=-1)
+    return -logp.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+
+
+def order_labels(tokens: torch.Tensor, order: torch.Tensor | None) -> torch.Tensor:
+    """What each slot predicts: x[order[:, j]] (x itself left to right)."""
+    return tokens if order is None else torch.gather(tokens, 1, order)
+
+
+def token_nlls(model, tokens: torch.Tensor, order: torch.Tensor | None) -> torch.Tensor:
+    """(B, n) NLL in nats of x[order[:, j]] given the earlier slots (order None = left to right)."""
+    logits = model(tokens, order=order)
+    return token_nll(logits, order_labels(tokens, order), model.model_args.vocab_size)
+
+
+def nll_sum_and_count(model, tokens: torch.Tensor, order: torch.Tensor | None) -> tuple[torch.Tensor, int]:
+    nll = token_nlls(model, tokens, order)
+    return nll.double().sum(), nll.numel()
+
+
+def slot_nlls(model, tokens: torch.Tensor, order: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
+    """(B,) NLL of x[order[b, slot[b]]] read at slot `slot[b]` only: the head runs on one slot per row.
+
+    `order` may be a prefix (B, L) of a permutation: causal slots never see later ones (AOGPT.hidden)."""
+    h, cond = model.hidden(tokens, order)
+    rows = torch.arange(h.shape[0], device=h.device)
+    logits = model.head(h[rows, slot], None if cond is None else cond[rows, slot])
+    labels = tokens[rows, order[rows, slot]]
+    return token_nll(logits, labels, model.model_args.vocab_size)

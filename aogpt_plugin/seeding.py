@@ -1,0 +1,66 @@
+"""Every random stream of the project, in one table: each draw is a pure function of integers.
+
+Why: a resumed run must draw the orders an uninterrupted run would, a shorter evaluation must score
+a prefix of a longer one's (chunk, order) pairs, and a batch size or device must never change a
+sample. So no stream reads global RNG state: each seeds its own torch.Generator from a 63-bit mix
+of its parts (splitmix64; Python's hash() is salted per process). Streams are kept apart by a tag
+mixed in with the parts; the table records where each tag goes, so existing seeds keep their draws.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+_MASK64 = (1 << 64) - 1
+
+
+def _splitmix64(x: int) -> int:
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def mix_seed(*parts: int) -> int:
+    """A deterministic 63-bit seed from integers."""
+    h = 0
+    for p in parts:
+        h = _splitmix64(h ^ (int(p) & _MASK64))
+    return h >> 1
+
+
+@dataclass(frozen=True)
+class Stream:
+    parts: str  # what the caller passes, in order
+    tag: int | None = None  # None: the parts alone (the training streams predate tags)
+    tag_first: bool = True  # the tag goes before the parts, else after them
+
+
+STREAMS: dict[str, Stream] = {
+    # training (dataloader.py, validate.py)
+    "train_order": Stream("order_seed, data-parallel rank, sequence index"),
+    "train_fixed_order": Stream("order_seed", tag=0xF1CED, tag_first=False),
+    "train_blockwise_order": Stream("order_seed", tag=0xB10C, tag_first=False),
+    "validation_order": Stream("val_order_seed, data-parallel rank, window, order k"),
+    # evaluation (eval/perplexity, eval/ensemble)
+    "eval_order": Stream("seed, chunk, draw", tag=0xE7A1),
+    "eval_context_order": Stream("seed, chunk, draw, target index", tag=0xC0E7),
+    # sampling (sampler/generate; genppl draws batch b with the seed stream_seed("sample_batch", seed, b))
+    "sample_plan": Stream("seed (orders, binomial counts)", tag=0x0BDE, tag_first=False),
+    "sample_noise": Stream("seed (Gumbel noise, on the model's device)", tag=0x6E75, tag_first=False),
+    "sample_batch": Stream("seed, batch index"),
+}
+
+
+def stream_seed(name: str, *parts: int) -> int:
+    stream = STREAMS[name]
+    if stream.tag is None:
+        return mix_seed(*parts)
+    return mix_seed(stream.tag, *parts) if stream.tag_first else mix_seed(*parts, stream.tag)
+
+
+def stream_generator(name: str, *parts: int, device: torch.device | str = "cpu") -> torch.Generator:
+    """A generator for stream `name` (a key of STREAMS) seeded from `parts`."""
+    return torch.Generator(device=device).manual_seed(stream_seed(name, *parts))

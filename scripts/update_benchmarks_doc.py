@@ -1,0 +1,146 @@
+"""Add `aogpt bench sampler --json` results to the sampler table of docs/benchmarks.md.
+
+    aogpt bench sampler --flavor small --n 256 --repeats 3 --json > run.json
+    python scripts/update_benchmarks_doc.py run.json [more.json ...] [--docs docs/benchmarks.md]
+
+The table sits between two HTML-comment markers. Only the text between them is ours: a result
+replaces the row with the same command and device, or is appended; everything outside the markers
+is kept byte for byte. (The package never writes repository files; this script does.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+
+START, END = "<!-- sampler-bench:start -->", "<!-- sampler-bench:end -->"
+DEFAULT_DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "benchmarks.md")
+
+INTRO = """## Sampler speed (`aogpt bench sampler`)
+
+Wall-clock seconds for one batch, random weights, one warm-up run first. AO = AO-GPT with the cached
+any-order sampler; encoder = bidirectional MDM of the same width/depth (T full-sequence forwards,
+no cache); AR = plain causal GPT of the same backbone with KV-cache decoding (n forwards).
+With `--repeats R` every round times each variant once, in turn: seconds are medians over the R
+rounds, and a ratio is the median of its R per-round ratios with their [min, max] after it.
+Goals (issue 3, not asserted): encoder/AO at T=n >= 25x on GPU and >= 40x on CPU (small, n=256);
+AO(T=n)/AR <= 1.15; AR/AO(T=n/4) >= 3. A row is added with
+`aogpt bench sampler ... --json > run.json && python scripts/update_benchmarks_doc.py run.json`.
+"""
+
+COLUMNS = (
+    "date",
+    "command",
+    "device",
+    "flavor",
+    "n",
+    "batch",
+    "dtype, Linear kernels",
+    "AO s (T=n, n/4, n/16)",
+    "encoder s (T=n, n/4, n/16)",
+    "AR s",
+    "forwards AO / enc / AR",
+    "encoder/AO at T=n",
+    "AO(T=n)/AR",
+    "AR/AO(T=n/4)",
+)
+
+
+def ratio_cell(result: dict, key: str, fmt: str) -> str:
+    """'2.94x', or '2.94x [2.80x, 3.05x]' (median [min, max] of the per-round ratios) for several rounds."""
+    cell = fmt.format(result[key])
+    lo_hi = result.get("ratio_range", {}).get(key)
+    if result.get("repeats", 1) > 1 and lo_hi:
+        cell += " [" + ", ".join(fmt.format(v) for v in lo_hi) + "]"
+    return cell
+
+
+def format_row(result: dict) -> str:
+    steps = [str(t) for t in result["steps"]]
+    cells = [
+        datetime.date.today().isoformat(),
+        f"`{result['command']}`",
+        result["device"],
+        result["flavor"],
+        str(result["n"]),
+        str(result["batch"]),
+        f"{result['dtype']}, {result['linears']} linears" if "linears" in result else result["dtype"],
+        ", ".join(f"{result['ao_seconds'][t]:.3f}" for t in steps),
+        ", ".join(f"{result['encoder_seconds'][t]:.3f}" for t in steps),
+        f"{result['ar_seconds']:.3f}",
+        " / ".join(
+            [
+                ",".join(str(result["ao_forward_passes"][t]) for t in steps),
+                ",".join(str(result["encoder_forward_passes"][t]) for t in steps),
+                str(result["ar_forward_passes"]),
+            ]
+        ),
+        ratio_cell(result, "ao_vs_encoder_speedup", "{:.2f}x"),
+        ratio_cell(result, "ao_vs_ar_time_ratio", "{:.3f}"),
+        ratio_cell(result, "ao_quarter_vs_ar_speedup", "{:.2f}x"),
+    ]
+    return "| " + " | ".join(c.replace("|", "/") for c in cells) + " |"
+
+
+def _key(row: str) -> tuple[str, str]:
+    cells = [c.strip() for c in row.strip().strip("|").split("|")]
+    return (cells[1], cells[2]) if len(cells) > 2 else ("", "")
+
+
+def render_section(rows: list[str]) -> str:
+    header = "| " + " | ".join(COLUMNS) + " |"
+    rule = "|" + "|".join("---" for _ in COLUMNS) + "|"
+    return "\n".join([START, INTRO, header, rule, *rows, END])
+
+
+def update_text(text: str, result: dict) -> str:
+    """`text` with this run's row added to (or replacing its twin in) the marked section."""
+    row = format_row(result)
+    start, end = text.find(START), text.find(END)
+    if start < 0 or end < start:
+        sep = "" if not text or text.endswith("\n\n") else ("\n" if text.endswith("\n") else "\n\n")
+        return text + sep + render_section([row]) + "\n"
+    body = text[start + len(START) : end]
+    rows = [line for line in body.splitlines() if line.startswith("| ") and not line.startswith("| date |")]
+    rows = [r for r in rows if _key(r) != _key(row)] + [row]
+    return text[:start] + render_section(rows) + text[end + len(END) :]
+
+
+def write_rows(path: str, result: dict) -> None:
+    text = ""
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    else:
+        text = "# Benchmarks\n\n"
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(update_text(text, result))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="add `aogpt bench sampler --json` results to docs/benchmarks.md")
+    p.add_argument("results", nargs="+", help="JSON files written by `aogpt bench sampler --json` (- for stdin)")
+    p.add_argument("--docs", default=DEFAULT_DOCS, help="the markdown file (default docs/benchmarks.md)")
+    args = p.parse_args(argv)
+    for name in args.results:
+        try:
+            text = sys.stdin.read() if name == "-" else open(name, encoding="utf-8").read()
+            result = json.loads(text.strip().splitlines()[-1])
+            format_row(result)
+        except (OSError, ValueError, KeyError, IndexError) as e:
+            print(
+                f"error: {name!r} is not an `aogpt bench sampler --json` result ({type(e).__name__}: {e})",
+                file=sys.stderr,
+            )
+            return 2
+        write_rows(args.docs, result)
+        print(f"{os.path.relpath(args.docs)}: row for `{result['command']}` on {result['device']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""`aogpt bench sampler` times every variant in interleaved rounds and rejects bad arguments in one line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+from aogpt_plugin.bench import sampler_speed as bench_command
+from aogpt_plugin.bench.sampler_speed import headline_ratios, step_values, summarize
+from aogpt_plugin.errors import UserError
+
+
+def parse(argv):
+    parser = argparse.ArgumentParser()
+    bench_command.add_to(parser.add_subparsers())
+    return parser.parse_args(["sampler", *argv])
+
+
+def test_step_values():
+    assert step_values(256) == [256, 64, 16]
+    assert step_values(8) == [8, 2, 1]
+    assert step_values(2) == [2, 1]
+
+
+def test_ratios_are_medians_of_per_round_ratios():
+    rounds = [
+        {"ao 8": 1.0, "ao 2": 0.25, "ar": 1.0, "encoder 8": 40.0, "encoder 2": 10.0},
+        {"ao 8": 2.0, "ao 2": 1.0, "ar": 1.5, "encoder 8": 60.0, "encoder 2": 12.0},  # a slow round
+        {"ao 8": 1.1, "ao 2": 0.3, "ar": 1.0, "encoder 8": 44.0, "encoder 2": 11.0},
+    ]
+    assert headline_ratios(rounds[0], 8) == {
+        "ao_vs_encoder_speedup": 40.0,
+        "ao_vs_ar_time_ratio": 1.0,
+        "ao_quarter_vs_ar_speedup": 4.0,
+    }
+    out = summarize(rounds, 8)
+    assert out["median_seconds"]["ao 8"] == 1.1 and out["median_seconds"]["ar"] == 1.0
+    assert out["ratios"]["ao_quarter_vs_ar_speedup"] == pytest.approx(1.0 / 0.3, abs=1e-3)
+    assert out["ratio_range"]["ao_quarter_vs_ar_speedup"] == [1.5, 4.0]
+    assert out["ratios"]["ao_vs_ar_time_ratio"] == 1.1 and out["ratio_range"]["ao_vs_ar_time_ratio"] == [1.0, 1.333]
+
+
+def test_json_run_reports_every_variant_and_round(capsys, tmp_path):
+    args = parse(["--flavor", "debugmodel", "--n", "8", "--repeats", "2", "--json"])
+    assert bench_command.run(args) == 0
+    printed = capsys.readouterr().out.strip().splitlines()[-1]
+    out = json.loads(printed)
+    assert out["steps"] == [8, 2, 1] and out["n"] == 8 and out["batch"] == 1 and out["device"].startswith("cpu")
+    assert out["ao_forward_passes"] == {"8": 8, "2": 2, "1": 1} and out["ar_forward_passes"] == 8
+    assert out["encoder_forward_passes"] == {"8": 8, "2": 2, "1": 1}
+    assert len(out["rounds"]) == 2 and set(out["rounds"][0]) == {
+        "ao 8",
+        "ao 2",
+        "ao 1",
+        "ar",
+        "encoder 8",
+        "encoder 2",
+        "encoder 1",
+    }
+    for key in ("ao_vs_encoder_speedup", "ao_vs_ar_time_ratio", "ao_quarter_vs_ar_speedup"):
+        lo, hi = out["ratio_range"][key]
+        assert 0 < lo <= out[key] <= hi
+    assert out["command"].startswith("aogpt bench sampler --flavor debugmodel --n 8 --batch 1 --repeats 2")
+    # the package writes no repository file; the script turns the printed JSON into the docs row
+    (tmp_path / "run.json").write_text(printed)
+    docs = tmp_path / "bench.md"
+    script = [sys.executable, str(ROOT / "scripts" / "update_benchmarks_doc.py"), str(tmp_path / "run.json")]
+    proc = subprocess.run([*script, "--docs", str(docs)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert out["command"] in docs.read_text()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--flavor", "huge"], "--flavor 'huge' is unknown"),
+        (["--n", "0"], "--n 0 is outside 1..1024"),
+        (["--batch", "0"], "--batch 0 must be >= 1"),
+        (["--threads", "0"], "--threads 0 must be >= 1"),
+        (["--repeats", "0"], "--repeats 0 must be >= 1"),
+    ],
+)
+def test_bad_arguments_are_one_line_errors(argv, message):
+    with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        bench_command.check_args(parse(argv))

@@ -1,0 +1,75 @@
+"""The model folder: typed config, atomic save and load, its tokenizer, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import tiny_model
+
+from aogpt_plugin.errors import UserError
+from aogpt_plugin.model_dir import FORMAT, load_model_dir, read_config, save_model
+
+
+def test_save_then_load_round_trips_weights_and_config(tmp_path):
+    model = tiny_model("adaln", vocab_size=50257, max_seq_len=16)
+    save_model(model, str(tmp_path / "m"), step=12, weights="ema", note="x")
+    config = read_config(str(tmp_path / "m"))
+    assert config.model_args == model.model_args and config.step == 12 and config.weights == "ema"
+    assert config.extra == {"note": "x"} and config.vocab_size == 50257
+    raw = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert raw["format"] == FORMAT and list(raw)[:7] == [
+        "format",
+        "format_version",
+        "model_args",
+        "tokenizer",
+        "vocab_size",
+        "step",
+        "weights",
+    ]
+    loaded = load_model_dir(str(tmp_path / "m"))
+    tokens = torch.randint(0, 50257, (2, 16))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.model(tokens), model(tokens))
+    assert loaded.tokenizer().get_vocab_size() == 50257
+    assert not any(p.requires_grad for p in loaded.model.parameters())
+
+
+def test_saving_again_replaces_the_folder_and_leaves_no_temporary(tmp_path):
+    save_model(tiny_model(seed=1), str(tmp_path / "m"))
+    save_model(tiny_model(seed=2), str(tmp_path / "m"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+
+
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        ("missing", "does not exist"),
+        ("no_config", "cannot read config.json"),
+        ("bad_json", "cannot read config.json"),
+        ("other_format", "config.json is not an aogpt-converted config"),
+        ("bad_args", "bad model_args in config.json"),
+    ],
+)
+def test_bad_folders_are_one_line_errors(tmp_path, setup, message):
+    path = tmp_path / "m"
+    if setup != "missing":
+        path.mkdir()
+    config = {"format": FORMAT, "model_args": {"dim": 32, "n_layers": 2, "n_heads": 4, "vocab_size": 61}}
+    text = {
+        "bad_json": "{",
+        "other_format": json.dumps({"format": "hf"}),
+        "bad_args": json.dumps({**config, "model_args": {"dim": 32, "heads": 4}}),
+    }.get(setup)
+    if text is not None:
+        (path / "config.json").write_text(text)
+    with pytest.raises(UserError, match=message) as info:
+        read_config(str(path))
+    assert "\n" not in str(info.value)
+
+
+def test_a_tokenizer_whose_vocabulary_is_not_the_models_is_refused(tmp_path):
+    save_model(tiny_model(vocab_size=97), str(tmp_path / "m"))  # 97 tokens, but gpt2 has 50257
+    with pytest.raises(UserError, match="has a 97-token vocabulary but its tokenizer 'gpt2' has 50257"):
+        read_config(str(tmp_path / "m")).build_tokenizer(str(tmp_path / "m"))
