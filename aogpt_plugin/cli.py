@@ -1,4 +1,4 @@
-"""The `aogpt` command: convert, sample, eval, bench.
+"""The `aogpt` command: convert, tokenizer, sample, eval, bench.
 
 Each sub-command lives next to the code it drives and adds itself with `add_to(subparsers)`.
 Bad input prints one `error:` line and exits with status 2, without a traceback.
@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from .errors import UserError
 
 COMMAND_MODULES = (
     "aogpt_plugin.convert",
+    "aogpt_plugin.data.tokenizer",
     "aogpt_plugin.sampler.cli",
     "aogpt_plugin.eval.cli",
     "aogpt_plugin.bench",
@@ -38,11 +40,18 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # text a terminal's encoding cannot show is escaped, not a crash after the work is done
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     try:
         return int(args.run(args) or 0)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `aogpt sample | head -1`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

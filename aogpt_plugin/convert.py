@@ -11,61 +11,16 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import warnings
 
 import torch
 
+from .checkpoints import read_metadata, resolve_step_dir
 from .errors import UserError
 from .model import AOGPTModelArgs
-from .model_dir import ModelDirConfig, save_model_dir
+from .model_dir import ModelDirConfig, check_finite, check_out_dir, save_model_dir
 
 WEIGHTS = ("ema", "raw")
-_STEP_DIR = re.compile(r"^step-(\d+)$")
-
-
-def _metadata(step_dir: str):
-    from torch.distributed.checkpoint import FileSystemReader
-
-    if not os.path.isfile(os.path.join(step_dir, ".metadata")):
-        raise UserError(f"{step_dir!r} is not a complete DCP checkpoint: it has no .metadata (partial or failed save)")
-    try:
-        md = FileSystemReader(step_dir).read_metadata()
-    except Exception as e:
-        raise UserError(f"{step_dir!r}: unreadable .metadata ({type(e).__name__})") from None
-    needed: dict[str, int] = {}
-    for info in md.storage_data.values():
-        end = info.offset + info.length
-        needed[info.relative_path] = max(needed.get(info.relative_path, 0), end)
-    for rel, end in sorted(needed.items()):
-        path = os.path.join(step_dir, rel)
-        if not os.path.isfile(path) or os.path.getsize(path) < end:
-            raise UserError(f"{step_dir!r} is an incomplete checkpoint: data file {rel!r} is missing or truncated")
-    return md
-
-
-def resolve_step_dir(checkpoint_dir: str, step: int | None) -> tuple[str, int | None]:
-    """CHECKPOINT_DIR may be one `step-N` folder or the folder holding them (newest complete one wins)."""
-    if not os.path.isdir(checkpoint_dir):
-        raise UserError(f"checkpoint directory {checkpoint_dir!r} does not exist")
-    m = _STEP_DIR.match(os.path.basename(os.path.normpath(checkpoint_dir)))
-    if m:
-        if step is not None and int(m.group(1)) != step:
-            raise UserError(f"--step {step} disagrees with {checkpoint_dir!r}; give the parent folder or drop --step")
-        return checkpoint_dir, int(m.group(1))
-    if os.path.isfile(os.path.join(checkpoint_dir, ".metadata")):
-        return checkpoint_dir, step
-    steps = sorted(int(mm.group(1)) for d in os.listdir(checkpoint_dir) if (mm := _STEP_DIR.match(d)))
-    if not steps:
-        raise UserError(f"{checkpoint_dir!r} holds neither a DCP checkpoint (.metadata) nor step-N folders")
-    if step is not None:
-        if step not in steps:
-            raise UserError(f"--step {step} not found in {checkpoint_dir!r}; available: {steps}")
-        return os.path.join(checkpoint_dir, f"step-{step}"), step
-    complete = [s for s in steps if os.path.isfile(os.path.join(checkpoint_dir, f"step-{s}", ".metadata"))]
-    if not complete:
-        raise UserError(f"{checkpoint_dir!r} has step folders {steps} but none is complete (no .metadata)")
-    return os.path.join(checkpoint_dir, f"step-{complete[-1]}"), complete[-1]
 
 
 def infer_model_args(shapes: dict[str, torch.Size], vocab_size: int) -> AOGPTModelArgs:
@@ -104,11 +59,12 @@ def infer_model_args(shapes: dict[str, torch.Size], vocab_size: int) -> AOGPTMod
 def read_checkpoint_weights(step_dir: str, weights: str) -> tuple[dict[str, torch.Tensor], dict]:
     """The chosen weights (raw or EMA) under model parameter names, plus a little metadata."""
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
     if weights not in WEIGHTS:
         raise UserError(f"--weights {weights!r} is not allowed; allowed: {', '.join(WEIGHTS)}")
-    md = _metadata(step_dir)
+    md = read_metadata(step_dir)
     tensors = {k: v for k, v in md.state_dict_metadata.items() if isinstance(v, TensorStorageMetadata)}
     model_keys = [k for k in tensors if k.split(".")[0] in _MODEL_ROOTS]
     if weights == "ema":
@@ -129,8 +85,14 @@ def read_checkpoint_weights(step_dir: str, weights: str) -> tuple[dict[str, torc
         extra["train_state_present"] = True
     with warnings.catch_warnings():  # "torch.distributed is disabled ... single process": intended
         warnings.simplefilter("ignore", UserWarning)
-        dcp.load(state, checkpoint_id=step_dir, no_dist=True)
+        try:
+            dcp.load(state, checkpoint_id=step_dir, no_dist=True)
+        except (Exception, CheckpointException):  # data files whose bytes are not what .metadata describes
+            raise UserError(
+                f"{step_dir!r}: its data files cannot be read as the tensors its .metadata describes (corrupt checkpoint)"
+            ) from None
     out = {k: state[s].float().contiguous() for k, s in src.items()}
+    check_finite(out, f"{step_dir!r} ({weights} weights)")
     if "ema.num_updates" in state:
         extra["ema_updates"] = int(state["ema.num_updates"])
     return out, extra
@@ -157,14 +119,13 @@ def convert(
     force: bool = False,
 ) -> ModelDirConfig:
     """Write OUT_DIR/model.safetensors and OUT_DIR/config.json; returns the config written."""
-    from .data.tokenizer import TOKENIZERS, TiktokenTokenizer
+    from .data.tokenizer import load_tokenizer
 
     if os.path.exists(out_dir) and not force:
         raise UserError(f"output directory {out_dir!r} already exists; pass --force to replace it")
-    if tokenizer not in TOKENIZERS:
-        raise UserError(f"--tokenizer {tokenizer!r} is not supported; allowed: {', '.join(TOKENIZERS)}")
+    check_out_dir(out_dir)
     step_dir, step_found = resolve_step_dir(checkpoint_dir, step)
-    vocab = TiktokenTokenizer(tokenizer).get_vocab_size()
+    vocab = load_tokenizer(tokenizer, key="--tokenizer").get_vocab_size()
     state, extra = read_checkpoint_weights(step_dir, weights)
     args = infer_model_args({k: v.shape for k, v in state.items()}, vocab)
     config = ModelDirConfig(
@@ -186,7 +147,9 @@ def add_to(subparsers) -> None:
     p.add_argument("out_dir", help="output folder (must not exist unless --force)")
     p.add_argument("--weights", choices=WEIGHTS, default="ema", help="EMA (default) or raw training weights")
     p.add_argument("--step", type=int, default=None, help="which step-N folder to convert")
-    p.add_argument("--tokenizer", default="gpt2", help="tiktoken encoding the model was trained with")
+    p.add_argument(
+        "--tokenizer", default="gpt2", help="the run's [aogpt] tokenizer: gpt2, a tokenizer.json (copied), symbols:V"
+    )
     p.add_argument("--force", action="store_true", help="replace OUT_DIR (only once the new one is complete)")
     p.set_defaults(run=run)
 

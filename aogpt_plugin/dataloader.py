@@ -18,8 +18,10 @@ from typing import Any
 from torch.distributed.checkpoint.stateful import Stateful
 from torch.utils.data import IterableDataset
 
+from .data.synthetic import MarkovSource, MarkovSpec
 from .data.text_files import list_text_files
 from .orders import OrderSampler
+from .seeding import stream_generator
 
 OPENWEBTEXT = "Skylion007/openwebtext"
 
@@ -44,6 +46,33 @@ class OrderedTextDataset(IterableDataset, Stateful):
         self._index = state_dict["order_index"]
 
 
+class SyntheticWindows(IterableDataset, Stateful):
+    """`--training.dataset synthetic`: sequences drawn from a known-entropy source (data/synthetic.py)
+    instead of text, shaped like torchtitan's text windows. Sequence i of rank r is a pure function of
+    (source seed, r, i), so a resumed run draws what an uninterrupted one would."""
+
+    CHUNK = 256  # sequences drawn per generator call
+
+    def __init__(self, source: MarkovSource, seq_len: int, dp_rank: int):
+        self.source, self.seq_len, self.dp_rank = source, seq_len, dp_rank
+        self._index = 0
+
+    def __iter__(self):
+        while True:
+            chunk, offset = divmod(self._index, self.CHUNK)
+            g = stream_generator("synthetic_train", self.source.spec.seed, self.dp_rank, chunk)
+            rows = self.source.sample(self.CHUNK, self.seq_len, g)
+            for x in rows[offset:]:
+                self._index += 1
+                yield {"input": x}, x
+
+    def state_dict(self):
+        return {"index": self._index}
+
+    def load_state_dict(self, state_dict):
+        self._index = state_dict["index"]
+
+
 def order_sampler_from_config(job_config) -> OrderSampler:
     ao = job_config.aogpt
     return OrderSampler(ao.order, job_config.training.seq_len, ao.p_l2r, ao.order_seed)
@@ -55,15 +84,18 @@ def build_ordered_dataloader(dp_world_size, dp_rank, tokenizer, job_config, infi
     from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataset
 
     training = job_config.training
-    base = HuggingFaceTextDataset(
-        dataset_name=training.dataset,
-        dataset_path=training.dataset_path,
-        tokenizer=tokenizer,
-        seq_len=training.seq_len,
-        dp_rank=dp_rank,
-        dp_world_size=dp_world_size,
-        infinite=infinite,
-    )
+    if training.dataset == "synthetic":
+        base = SyntheticWindows(MarkovSource(MarkovSpec.parse(training.dataset_path)), training.seq_len, dp_rank)
+    else:
+        base = HuggingFaceTextDataset(
+            dataset_name=training.dataset,
+            dataset_path=training.dataset_path,
+            tokenizer=tokenizer,
+            seq_len=training.seq_len,
+            dp_rank=dp_rank,
+            dp_world_size=dp_world_size,
+            infinite=infinite,
+        )
     dataset = OrderedTextDataset(base, order_sampler_from_config(job_config), stream=dp_rank)
     kwargs = {**asdict(training.dataloader), "batch_size": training.local_batch_size}
     return ParallelAwareDataloader(dataset, dp_rank=dp_rank, dp_world_size=dp_world_size, **kwargs)

@@ -7,6 +7,8 @@ with the same functions, so a row says exactly what it ran on.
 
 from __future__ import annotations
 
+import json
+import math
 import platform
 import sys
 
@@ -73,3 +75,18 @@ class Reporter:
 
     def __call__(self, line: str) -> None:
         print(line, file=self.stream, flush=True)
+
+
+def _finite_or_null(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_null(v) for v in value]
+    return value
+
+
+def print_json(record: dict) -> None:
+    """The one JSON object of `--json`, valid JSON: a NaN/inf float (say an overflowing perplexity) is null."""
+    print(json.dumps(_finite_or_null(record)))

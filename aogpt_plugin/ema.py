@@ -29,7 +29,8 @@ def clean_fqn(name: str) -> str:
     return _WRAPPER_PARTS.sub("", name).lstrip(".")
 
 
-def _local(t: torch.Tensor) -> torch.Tensor:
+def local_tensor(t: torch.Tensor) -> torch.Tensor:
+    """The local shard of a DTensor (FSDP2), or the tensor itself."""
     return t.to_local() if hasattr(t, "to_local") else t
 
 
@@ -77,7 +78,7 @@ class EMA(nn.Module):
         """Start the average at the current weights (after the model's weights are initialised)."""
         self.num_updates.zero_()
         for p, s in self._pairs():
-            _local(s).copy_(_local(p))
+            local_tensor(s).copy_(local_tensor(p))
 
     def current_decay(self) -> float:
         if not self.warmup:
@@ -90,8 +91,8 @@ class EMA(nn.Module):
         self.num_updates += 1
         weight = 1.0 - self.current_decay()
         pairs = self._pairs()
-        shadows = [_local(s) for _, s in pairs]
-        params = [_local(p).float() for p, _ in pairs]
+        shadows = [local_tensor(s) for _, s in pairs]
+        params = [local_tensor(p).float() for p, _ in pairs]
         torch._foreach_lerp_(shadows, params, weight)
 
     def _reshard(self) -> None:
@@ -105,15 +106,15 @@ class EMA(nn.Module):
         saved = []
         with torch.no_grad():
             for p, s in pairs:
-                lp = _local(p)
+                lp = local_tensor(p)
                 saved.append(lp.clone())
-                lp.copy_(_local(s))
+                lp.copy_(local_tensor(s))
         try:
             yield
         finally:
             with torch.no_grad():
                 for (p, _), raw in zip(pairs, saved, strict=True):
-                    _local(p).copy_(raw)
+                    local_tensor(p).copy_(raw)
             self._reshard()
 
 

@@ -5,12 +5,61 @@ the section is built, i.e. while torchtitan parses the TOML and the CLI, before 
 exists; a bad value raises ConfigError with one line naming key, value and what is allowed.
 """
 
+import dataclasses
+import types
+import typing
 from dataclasses import dataclass, field
 
-from .data.tokenizer import TOKENIZERS
+from .data.tokenizer import check_tokenizer_spec
 from .errors import ConfigError
 from .model.args import CONDITIONINGS
 from .orders import parse_order_kind
+
+
+def _type_name(hint) -> str:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in args)
+    if origin in (list, tuple):
+        return f"a list of {_type_name(args[0])}" if args else "a list"
+    return {int: "an integer", float: "a number", bool: "true/false", str: "a string", type(None): "none"}.get(
+        hint, getattr(hint, "__name__", str(hint))
+    )
+
+
+def _matches(value, hint) -> bool:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is typing.Any or hint is None:
+        return True
+    if origin is typing.Literal:
+        return value in args
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, a) for a in args)
+    if origin in (list, tuple):
+        return isinstance(value, (list, tuple)) and (not args or all(_matches(v, args[0]) for v in value))
+    if origin is dict:
+        return isinstance(value, dict)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(hint, type):
+        return isinstance(value, hint)
+    return True
+
+
+def check_types(section, name: str) -> None:
+    """Every value has its field's type: torchtitan's parser checks CLI values but not TOML ones
+    (`p_l2r = "abc"` would otherwise fail later, on every rank, with a traceback)."""
+    hints = typing.get_type_hints(type(section))
+    for f in dataclasses.fields(section):
+        value, key = getattr(section, f.name), f"{name}.{f.name}" if name else f.name
+        if dataclasses.is_dataclass(value):
+            check_types(value, key)
+        elif not _matches(value, hints.get(f.name)):
+            raise ConfigError(f"{key}={value!r} has the wrong type; allowed: {_type_name(hints[f.name])}")
 
 
 @dataclass
@@ -31,7 +80,7 @@ class AOGPT:
     """Seed of the order streams (mixed with the data-parallel rank and the sequence index)."""
 
     tokenizer: str = "gpt2"
-    """tiktoken encoding; GPT-2 BPE with EOS appended to every document, as in the paper."""
+    """gpt2 (tiktoken, the paper's), a tokenizer.json path, or symbols:V (data/tokenizer.py); EOS ends every document."""
 
     val_orders: int = 2
     """Validation: fixed random orders per window for the any-order loss (left to right is always added)."""
@@ -43,6 +92,7 @@ class AOGPT:
     """Stop before the optimizer step when a loss is NaN/inf, so no later checkpoint holds bad weights."""
 
     def __post_init__(self) -> None:
+        check_types(self, "aogpt")
         if self.conditioning not in CONDITIONINGS:
             raise ConfigError(
                 f"aogpt.conditioning={self.conditioning!r} is not supported; allowed: {', '.join(CONDITIONINGS)}"
@@ -53,8 +103,7 @@ class AOGPT:
             raise ConfigError(f"aogpt.p_l2r={self.p_l2r} is outside the allowed range [0, 1]")
         if self.target_pe_dim < 1:
             raise ConfigError(f"aogpt.target_pe_dim={self.target_pe_dim} must be >= 1")
-        if self.tokenizer not in TOKENIZERS:
-            raise ConfigError(f"aogpt.tokenizer={self.tokenizer!r} is not supported; allowed: {', '.join(TOKENIZERS)}")
+        check_tokenizer_spec(self.tokenizer, must_exist=False)  # the file: preflight, once CLI overrides are in
         if self.val_orders < 0:
             raise ConfigError(f"aogpt.val_orders={self.val_orders} must be >= 0")
 
@@ -74,6 +123,7 @@ class EMA:
     """Also report validation losses of the EMA weights."""
 
     def __post_init__(self) -> None:
+        check_types(self, "ema")
         if not 0.0 <= self.decay < 1.0:
             raise ConfigError(f"ema.decay={self.decay} is outside the allowed range [0, 1)")
 

@@ -8,6 +8,8 @@ With tokens x (B, n) and an order sigma (B, n), slot j of the model scores x[sig
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -50,3 +52,8 @@ def slot_nlls(model, tokens: torch.Tensor, order: torch.Tensor, slot: torch.Tens
     logits = model.head(h[rows, slot], None if cond is None else cond[rows, slot])
     labels = tokens[rows, order[rows, slot]]
     return token_nll(logits, labels, model.model_args.vocab_size)
+
+
+def perplexity(nll: float) -> float:
+    """exp(nll), or inf past the largest float exponent (an untrained or broken model can get there)."""
+    return math.exp(nll) if nll < math.log(1.7976931348623157e308) else math.inf

@@ -1,20 +1,28 @@
-"""torchtitan `build_optimizers_fn` for AO-GPT: the authors' AdamW groups, EMA updates and the step guard.
+"""torchtitan `build_optimizers_fn` / `build_lr_schedulers_fn` for AO-GPT: the authors' AdamW groups,
+EMA updates, the step guard, and a learning rate that follows the config on resume.
 
 * Weight decay only on >= 2-D tensors (matmul weights and embeddings), as the authors do;
   torchtitan's stock container decays biases and norm weights too.
+* Before every optimizer step the guard (loss.py) checks the step's loss and gradients on every rank,
+  after it the new weights; a bad step stops training before anything is written (NonFiniteStepError).
 * After every optimizer step the model's EMA (`model.ema`, attached by infra/parallelize.py) is updated.
-* Before every optimizer step the guard (loss.py) is asked whether the step's loss was NaN/inf on
-  any rank; such a step stops training *before* the weights change, so no checkpoint written later
-  holds bad weights and the last good one stays the newest.
+* On resume torchtitan restores the scheduler's base learning rate from the checkpoint, which would
+  silently ignore `--optimizer.lr`. The scheduler here re-applies the configured peak learning rate
+  at the resumed position of the schedule, so `--checkpoint.load_step N --optimizer.lr X` resumes
+  step N with learning rate X.
 """
 
 from __future__ import annotations
 
 import torch
+from torchtitan.components.lr_scheduler import LRSchedulersContainer, build_lr_schedulers
 from torchtitan.components.optimizer import OptimizersContainer, build_optimizers
+from torchtitan.tools.logging import logger
 
 from .errors import ConfigError
-from .loss import NonFiniteLossError, StepGuard
+from .loss import StepGuard
+
+OPTIMIZERS = {"Adam": torch.optim.Adam, "AdamW": torch.optim.AdamW}
 
 
 class AOGPTOptimizersContainer(OptimizersContainer):
@@ -33,21 +41,55 @@ class AOGPTOptimizersContainer(OptimizersContainer):
             all_params.extend(params)
         self._validate_length(len(model_parts))
         self._post_init(all_params, optimizer_kwargs)
+        self.params = all_params
+        self.configured_lr = optimizer_kwargs["lr"]
         self.emas = [m.ema for m in model_parts if getattr(m, "ema", None) is not None]
         self.guard = guard
-        self.steps_taken = 0
+
+    def steps_done(self) -> int:
+        """Optimizer steps taken so far, resumed ones included (AdamW's own per-parameter count)."""
+        state = self.optimizers[0].state.get(self.params[0], {}) if self.params else {}
+        return int(state["step"]) if "step" in state else 0
 
     def step(self, *args, **kwargs) -> None:
-        if self.guard is not None and self.guard.enabled and self.guard.pop_nonfinite():
-            raise NonFiniteLossError(
-                f"non-finite training loss after {self.steps_taken} optimizer steps; stopped before "
-                "updating the weights (the newest checkpoint on disk is the last good one). "
-                "Lower optimizer.lr or raise training.max_norm clipping and resume."
-            )
+        step = self.steps_done() + 1
+        if self.guard is not None:
+            self.guard.check_before_step(self.params, step)
         super().step(*args, **kwargs)
-        self.steps_taken += 1
+        if self.guard is not None:
+            self.guard.check_after_step(self.params, step)
         for ema in self.emas:
             ema.update()
+
+
+class ConfiguredLRSchedulers(LRSchedulersContainer):
+    """torchtitan's schedulers, with the configured peak learning rate re-applied after a resume."""
+
+    def __init__(self, base: LRSchedulersContainer, configured_lr: float):
+        self.schedulers = base.schedulers
+        self.configured_lr = configured_lr
+
+    def load_state_dict(self, state_dict) -> None:
+        super().load_state_dict(state_dict)
+        for scheduler in self.schedulers:
+            saved = scheduler.base_lrs[0]
+            if saved != self.configured_lr:
+                logger.info(
+                    f"resuming with optimizer.lr={self.configured_lr:g} (the checkpoint was trained with {saved:g})"
+                )
+            scheduler.base_lrs = [self.configured_lr] * len(scheduler.base_lrs)
+            lrs = [
+                base * f(scheduler.last_epoch) for f, base in zip(scheduler.lr_lambdas, scheduler.base_lrs, strict=True)
+            ]
+            for group, lr in zip(scheduler.optimizer.param_groups, lrs, strict=True):
+                group["lr"], group["initial_lr"] = lr, self.configured_lr
+            scheduler._last_lr = lrs
+
+
+def build_aogpt_lr_schedulers(optimizers, lr_scheduler_config, training_steps):
+    base = build_lr_schedulers(optimizers, lr_scheduler_config, training_steps)
+    lr = getattr(optimizers, "configured_lr", None)
+    return base if lr is None else ConfiguredLRSchedulers(base, lr)
 
 
 def build_aogpt_optimizers(model_parts, optimizer_config, parallel_dims, ft_manager=None, *, guard: StepGuard):
@@ -60,9 +102,8 @@ def build_aogpt_optimizers(model_parts, optimizer_config, parallel_dims, ft_mana
                 "which never update the EMA; allowed with them: [ema] enable = false"
             )
         return build_optimizers(model_parts, optimizer_config, parallel_dims, ft_manager)
-    classes = {"Adam": torch.optim.Adam, "AdamW": torch.optim.AdamW}
-    if name not in classes:
-        raise ConfigError(f"optimizer.name={name!r} is not supported; allowed: Adam, AdamW")
+    if name not in OPTIMIZERS:
+        raise ConfigError(f"optimizer.name={name!r} is not supported; allowed: {', '.join(OPTIMIZERS)}")
     impl = optimizer_config.implementation
     kwargs = {
         "lr": optimizer_config.lr,
@@ -72,4 +113,4 @@ def build_aogpt_optimizers(model_parts, optimizer_config, parallel_dims, ft_mana
         "fused": impl == "fused",
         "foreach": impl == "foreach",
     }
-    return AOGPTOptimizersContainer(model_parts, classes[name], kwargs, guard=guard)
+    return AOGPTOptimizersContainer(model_parts, OPTIMIZERS[name], kwargs, guard=guard)

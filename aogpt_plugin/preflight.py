@@ -1,45 +1,74 @@
 """Checks a job config the way the Trainer will use it, before any process group or data load.
 
-Every failure is a ConfigError with one line: the key, the bad value, and what is allowed.
+Every failure is a ConfigError with one line: the key, the bad value, and what is allowed. What is
+caught here would otherwise fail after the process group starts, on every rank, with a traceback:
+wrong TOML types, unsupported parallelism, impossible sizes and rates, unknown optimizers and
+converters, unreadable or empty data files, and a resume that cannot match its checkpoint.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
+import re
+import warnings
 
-from .data.text_files import list_text_files
-from .data.tokenizer import TiktokenTokenizer
+from .checkpoints import has_metadata, newest_complete_step, saved_world, step_folders
+from .data.synthetic import MarkovSpec
+from .data.text_files import check_text_files, list_text_files
+from .data.tokenizer import load_tokenizer
 from .errors import ConfigError
+from .job_config import check_types
 from .model import FLAVORS
 
 CUSTOM_CONFIG_MODULE = "aogpt_plugin.job_config"
+SYNTHETIC = "synthetic"  # --training.dataset synthetic --training.dataset_path markov:... (data/synthetic.py)
+_BOX = re.compile(r"[│╭╮╰╯─]+")
 
 
 def parse_job_config(argv: list[str]):
-    """torchtitan's own parser (TOML < CLI); ConfigError from our sections passes through."""
+    """torchtitan's own parser (TOML < CLI). Its errors, and the boxed usage errors of its CLI
+    library, become one ConfigError line; `--help` still prints the full help."""
     from torchtitan.config import ConfigManager
 
+    err = io.StringIO()
     try:
-        return ConfigManager().parse_args(argv)
+        with contextlib.redirect_stderr(err), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "field annotated int but default is str": reported below
+            return ConfigManager().parse_args(argv)
     except ConfigError:
         raise
     except (ValueError, FileNotFoundError, AssertionError) as e:  # torchtitan's own checks
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise ConfigError(first) from None
+    except SystemExit as e:
+        if not e.code:  # --help
+            print(err.getvalue(), end="")
+            raise
+        lines = [_BOX.sub(" ", line).strip() for line in err.getvalue().splitlines()]
+        message = next((line for line in lines if line and not line.endswith("error")), "invalid arguments")
+        raise ConfigError(message) from None
 
 
 def _check_dataset(name: str, path: str | None, section: str) -> None:
     from torchtitan.hf_datasets.text_datasets import DATASETS
 
+    if name == SYNTHETIC:
+        MarkovSpec.parse(path or "", f"{section}.dataset_path")
+        return
     if name not in DATASETS:
         raise ConfigError(f"{section}.dataset={name!r} is not registered; allowed: {', '.join(DATASETS)}")
     if name == "local":
-        list_text_files(path or "", key=f"{section}.dataset_path")
+        key = f"{section}.dataset_path"
+        check_text_files(list_text_files(path or "", key=key), key)
 
 
 def _check_disjoint(job_config) -> None:
     """Never train on the validation text (a folder path would silently include a held-out file)."""
     train, val = job_config.training, job_config.validation
+    if train.dataset == SYNTHETIC and val.dataset == SYNTHETIC and train.dataset_path == val.dataset_path:
+        return  # one source, disjoint streams (dataloader.py and validate.py draw from their own seeds)
     if train.dataset != "local" or val.dataset != "local":
         return
     trained = {os.path.realpath(f) for f in list_text_files(train.dataset_path, "training.dataset_path")}
@@ -53,7 +82,109 @@ def _check_disjoint(job_config) -> None:
         )
 
 
-def check_job_config(job_config) -> None:
+def _at_least(key: str, value, low, allowed: str | None = None) -> None:
+    if value < low:
+        raise ConfigError(f"{key}={value} is not allowed; allowed: {allowed or f'>= {low}'}")
+
+
+def _check_sizes_and_rates(job_config, max_seq_len: int, flavor: str) -> None:
+    training, opt, sched = job_config.training, job_config.optimizer, job_config.lr_scheduler
+    sections = [("training", training)] + (
+        [("validation", job_config.validation)] if job_config.validation.enable else []
+    )
+    for name, section in sections:
+        if not 1 <= section.seq_len <= max_seq_len:
+            raise ConfigError(
+                f"{name}.seq_len={section.seq_len} is outside the positions of model.flavor={flavor!r}; "
+                f"allowed: 1..{max_seq_len}"
+            )
+        _at_least(f"{name}.local_batch_size", section.local_batch_size, 1)
+    _at_least("training.steps", training.steps, 1)
+    if training.max_norm <= 0:
+        raise ConfigError(f"training.max_norm={training.max_norm} is not allowed; allowed: > 0 (gradient clipping)")
+    if job_config.validation.enable:
+        _at_least("validation.steps", job_config.validation.steps, 1, ">= 1 for aogpt (a fixed number of batches)")
+        _at_least("validation.freq", job_config.validation.freq, 1)
+    if not opt.lr > 0:
+        raise ConfigError(f"optimizer.lr={opt.lr} is not allowed; allowed: > 0")
+    _at_least("optimizer.weight_decay", opt.weight_decay, 0)
+    for key, beta in (("optimizer.beta1", opt.beta1), ("optimizer.beta2", opt.beta2)):
+        if not 0 <= beta < 1:
+            raise ConfigError(f"{key}={beta} is outside the allowed range [0, 1)")
+    _at_least("lr_scheduler.warmup_steps", sched.warmup_steps, 0)
+    if sched.decay_ratio is not None and not 0 <= sched.decay_ratio <= 1:
+        raise ConfigError(f"lr_scheduler.decay_ratio={sched.decay_ratio} is outside the allowed range [0, 1]")
+
+
+def _check_components(job_config) -> None:
+    from torchtitan.components import quantization  # noqa: F401  (registers the float8 / MX converters)
+    from torchtitan.protocols.model_converter import _registry_model_converter_cls as converters
+
+    from .optimizer import OPTIMIZERS
+
+    par = job_config.parallelism
+    for key in ("tensor_parallel_degree", "context_parallel_degree", "pipeline_parallel_degree"):
+        if getattr(par, key) > 1:
+            raise ConfigError(
+                f"parallelism.{key}={getattr(par, key)} is not supported by aogpt; allowed: 1 (use FSDP/HSDP/DDP)"
+            )
+    if job_config.optimizer.name not in OPTIMIZERS:
+        raise ConfigError(
+            f"optimizer.name={job_config.optimizer.name!r} is not supported; allowed: {', '.join(OPTIMIZERS)}"
+        )
+    if job_config.optimizer.early_step_in_backward and job_config.ema.enable:
+        raise ConfigError(
+            "optimizer.early_step_in_backward=true never updates the EMA; allowed with it: [ema] enable = false"
+        )
+    for name in job_config.model.converters:
+        if name not in converters:
+            raise ConfigError(
+                f"model.converters: {name!r} is not a converter; allowed: {', '.join(sorted(converters))}"
+            )
+    if job_config.checkpoint.enable:
+        _at_least("checkpoint.interval", job_config.checkpoint.interval, 1)
+        keep = job_config.checkpoint.keep_latest_k
+        if keep < 0 or keep == 1:
+            raise ConfigError(f"checkpoint.keep_latest_k={keep} is not allowed; allowed: 0 (keep all) or >= 2")
+
+
+def _check_resume(job_config, world_size: int) -> None:
+    """The checkpoint a run will resume from must fit it: same data-parallel degree (the dataloader
+    state is saved per rank) and a full save (the final model-only save cannot be resumed)."""
+    ckpt = job_config.checkpoint
+    if not ckpt.enable:
+        return
+    folder = os.path.join(job_config.job.dump_folder, ckpt.folder)
+    step = ckpt.load_step if ckpt.load_step != -1 else newest_complete_step(folder)
+    if step is None or not os.path.isdir(folder):
+        if ckpt.load_step != -1:
+            raise ConfigError(f"checkpoint.load_step={ckpt.load_step}: {folder!r} holds no checkpoints")
+        return
+    step_dir = os.path.join(folder, f"step-{step}")
+    if not has_metadata(step_dir):
+        raise ConfigError(
+            f"checkpoint.load_step={step}: {step_dir!r} is not a complete checkpoint; "
+            f"complete steps: {[s for s in step_folders(folder) if has_metadata(os.path.join(folder, f'step-{s}'))]}"
+        )
+    saved = saved_world(step_dir)
+    fresh = "use a fresh --job.dump_folder to start a new run"
+    if (
+        saved["dp_degree"] is not None
+        and saved["dp_degree"] != world_size
+        and "dataloader" not in ckpt.exclude_from_loading
+    ):
+        raise ConfigError(
+            f"{step_dir!r} was saved by {saved['dp_degree']} data-parallel ranks and this run has {world_size}: "
+            f"it can only be resumed with {saved['dp_degree']} processes; {fresh}"
+        )
+    if step != 0 and not saved["has_optimizer"] and "optimizer" not in ckpt.exclude_from_loading:
+        raise ConfigError(
+            f"{step_dir!r} holds only the model (the final save of a finished run) and cannot be resumed; "
+            f"raise training.steps to continue from an earlier full checkpoint with --checkpoint.load_step, or {fresh}"
+        )
+
+
+def check_job_config(job_config, world_size: int = 1) -> None:
     if job_config.model.name != "aogpt":
         return
     if not hasattr(job_config, "aogpt"):
@@ -61,28 +192,25 @@ def check_job_config(job_config) -> None:
             f"job.custom_config_module={job_config.job.custom_config_module!r} lacks the [aogpt] "
             f"section; set it to {CUSTOM_CONFIG_MODULE!r}"
         )
+    check_types(job_config, "")
     flavor = job_config.model.flavor
     if flavor not in FLAVORS:
         raise ConfigError(f"model.flavor={flavor!r} is not an aogpt flavor; allowed: {', '.join(FLAVORS)}")
     args = FLAVORS[flavor]
-    for section in ("training", "validation"):
-        seq_len = getattr(job_config, section).seq_len
-        if section == "validation" and not job_config.validation.enable:
-            continue
-        if not 1 <= seq_len <= args.max_seq_len:
-            raise ConfigError(
-                f"{section}.seq_len={seq_len} exceeds the positions of model.flavor={flavor!r}; "
-                f"allowed: 1..{args.max_seq_len}"
-            )
+    _check_sizes_and_rates(job_config, args.max_seq_len, flavor)
+    _check_components(job_config)
     _check_dataset(job_config.training.dataset, job_config.training.dataset_path, "training")
     if job_config.validation.enable:
         _check_dataset(job_config.validation.dataset, job_config.validation.dataset_path, "validation")
-        if job_config.validation.steps < 1:
-            raise ConfigError(f"validation.steps={job_config.validation.steps} must be >= 1 for aogpt")
         _check_disjoint(job_config)
-    tok = TiktokenTokenizer(job_config.aogpt.tokenizer)
-    if tok.get_vocab_size() > args.vocab_size:
-        raise ConfigError(
-            f"aogpt.tokenizer={job_config.aogpt.tokenizer!r} has {tok.get_vocab_size()} tokens, more "
-            f"than model.flavor={flavor!r} embeds ({args.vocab_size})"
-        )
+    tokenizer = load_tokenizer(job_config.aogpt.tokenizer)  # the model's vocabulary follows it
+    for section in ("training", "validation"):
+        sec = getattr(job_config, section)
+        if sec.dataset == SYNTHETIC and (section == "training" or job_config.validation.enable):
+            spec = MarkovSpec.parse(sec.dataset_path, f"{section}.dataset_path")
+            if tokenizer.get_vocab_size() != spec.vocab:
+                raise ConfigError(
+                    f"{section}.dataset_path={sec.dataset_path!r} draws {spec.vocab} symbols but aogpt.tokenizer="
+                    f"{job_config.aogpt.tokenizer!r} has {tokenizer.get_vocab_size()}; allowed: symbols:{spec.vocab}"
+                )
+    _check_resume(job_config, world_size)

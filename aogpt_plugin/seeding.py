@@ -44,6 +44,9 @@ STREAMS: dict[str, Stream] = {
     "train_fixed_order": Stream("order_seed", tag=0xF1CED, tag_first=False),
     "train_blockwise_order": Stream("order_seed", tag=0xB10C, tag_first=False),
     "validation_order": Stream("val_order_seed, data-parallel rank, window, order k"),
+    "synthetic_train": Stream("source seed, data-parallel rank, chunk", tag=0x5EED7, tag_first=True),
+    "synthetic_validation": Stream("source seed, data-parallel rank", tag=0x5EED7A1, tag_first=True),
+    "synthetic_eval": Stream("source seed, evaluation seed", tag=0x5EED7E, tag_first=True),
     # evaluation (eval/perplexity, eval/ensemble)
     "eval_order": Stream("seed, chunk, draw", tag=0xE7A1),
     "eval_context_order": Stream("seed, chunk, draw, target index", tag=0xC0E7),

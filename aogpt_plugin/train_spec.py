@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import copy
+import warnings
 from functools import partial
 
-from torchtitan.components.lr_scheduler import build_lr_schedulers
 from torchtitan.protocols.train_spec import TrainSpec, register_train_spec
 from torchtitan.protocols.train_spec import _extra_train_specs as _registered
 
-from .data.tokenizer import TiktokenTokenizer
+from .data.tokenizer import load_tokenizer
 from .dataloader import build_ordered_dataloader, register_datasets
 from .infra.parallelize import parallelize_aogpt
 from .loss import StepGuard, build_ao_loss
 from .model import AOGPT, FLAVORS
 from .model.state_dict_adapter import AOGPTStateDictAdapter
-from .optimizer import build_aogpt_optimizers
+from .optimizer import build_aogpt_lr_schedulers, build_aogpt_optimizers
 from .validate import build_ao_validator
 
 NAME = "aogpt"
@@ -30,8 +30,8 @@ class _FreshFlavors(dict):
         return copy.deepcopy(super().__getitem__(key))
 
 
-def build_tokenizer(job_config) -> TiktokenTokenizer:
-    return TiktokenTokenizer(job_config.aogpt.tokenizer)
+def build_tokenizer(job_config):
+    return load_tokenizer(job_config.aogpt.tokenizer)
 
 
 def get_train_spec() -> TrainSpec:
@@ -42,7 +42,7 @@ def get_train_spec() -> TrainSpec:
         parallelize_fn=parallelize_aogpt,
         pipelining_fn=None,
         build_optimizers_fn=partial(build_aogpt_optimizers, guard=guard),
-        build_lr_schedulers_fn=build_lr_schedulers,
+        build_lr_schedulers_fn=build_aogpt_lr_schedulers,
         build_dataloader_fn=build_ordered_dataloader,
         build_tokenizer_fn=build_tokenizer,
         build_loss_fn=partial(build_ao_loss, guard=guard),
@@ -51,8 +51,35 @@ def get_train_spec() -> TrainSpec:
     )
 
 
+# Warnings every aogpt run printed on every rank that say nothing about it (message, why harmless).
+KNOWN_HARMLESS_WARNINGS = (
+    ("'set_vital' is deprecated", "torchdata's dataloader calls a deprecated torch API; nothing to act on"),
+    (
+        "DTensor random operators may not have complete support on cpu",
+        "CPU mesh: weights are initialised by init_weights",
+    ),
+    ("DTensor manual_seed() may not have complete support on cpu", "CPU mesh: seeding still makes runs repeatable"),
+    ("returned a view tensor. An in-place op on this view", "FSDP2 notice; aogpt never writes in place into outputs"),
+    (
+        "Set timeout is now only supported for either nccl or gloo",
+        "torchtitan shortens the timeout; gloo keeps its own",
+    ),
+    ("In CPU autocast, but the target dtype is not supported", "float32 training on CPU needs no autocast"),
+    ("CPU Autocast only supports dtypes of", "the same notice, from torch"),
+)
+
+
+def quiet_known_warnings() -> None:
+    for message, _why in KNOWN_HARMLESS_WARNINGS:
+        warnings.filterwarnings(
+            "ignore", message=".*" + message.replace("(", r"\(").replace(")", r"\)"), category=UserWarning
+        )
+
+
 def register() -> None:
-    """Register the `aogpt` TrainSpec and the `openwebtext` / `local` datasets (idempotent)."""
+    """Register the `aogpt` TrainSpec and the `openwebtext` / `local` datasets (idempotent), and
+    silence the warnings listed in KNOWN_HARMLESS_WARNINGS."""
+    quiet_known_warnings()
     register_datasets()
     if NAME not in _registered:
         register_train_spec(NAME, get_train_spec())

@@ -9,6 +9,10 @@ the scoring), logged to the console and TensorBoard as
 
     validation_metrics/loss_l2r, validation_metrics/loss_ao            (raw weights)
     validation_metrics/loss_l2r_ema, validation_metrics/loss_ao_ema    (EMA weights)
+    validation_metrics/context_gain[_ema]   NLL of the same targets when every slot reads another
+        window's tokens, minus the own NLL (first fixed order): how much the model uses the content
+        of its context. An any-order model first sits on a plateau where it knows token frequencies
+        and positions only (gain 0); this is the curve that shows it leave.
 """
 
 from __future__ import annotations
@@ -20,8 +24,9 @@ from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataset
 from torchtitan.tools import utils
 from torchtitan.tools.logging import logger
 
+from .data.synthetic import MarkovSource, MarkovSpec
 from .errors import ConfigError
-from .likelihood import nll_sum_and_count
+from .likelihood import nll_sum_and_count, order_labels, token_nll, token_nlls
 from .seeding import stream_generator
 
 
@@ -77,6 +82,10 @@ class AOValidator(BaseValidator):
     def _fixed_windows(job_config, tokenizer, dp_rank, dp_world_size) -> list[torch.Tensor]:
         val = job_config.validation
         wanted = val.steps * val.local_batch_size
+        if val.dataset == "synthetic":  # a stream of its own, never the training one
+            source = MarkovSource(MarkovSpec.parse(val.dataset_path, "validation.dataset_path"))
+            g = stream_generator("synthetic_validation", source.spec.seed, dp_rank)
+            return list(source.sample(wanted, val.seq_len, g))
         ds = HuggingFaceTextDataset(
             dataset_name=val.dataset,
             dataset_path=val.dataset_path,
@@ -101,7 +110,8 @@ class AOValidator(BaseValidator):
 
     def _losses(self, model) -> dict[str, float]:
         device = utils.device_type
-        totals = torch.zeros(4, dtype=torch.float64, device=device)  # l2r sum, l2r n, ao sum, ao n
+        # l2r sum, l2r n, ao sum, ao n; and for the context gain: own sum, wrong-context sum, n
+        totals = torch.zeros(7, dtype=torch.float64, device=device)
         for x, orders in self.batches:
             x = x.to(device)
             with self.validation_context(), self.maybe_enable_amp:
@@ -112,24 +122,35 @@ class AOValidator(BaseValidator):
                     s, n = nll_sum_and_count(model, x, order.to(device))
                     totals[2] += s
                     totals[3] += n
+                if x.shape[0] > 1:  # the same targets, every slot reading another window's tokens
+                    order = orders[0].to(device) if orders else None
+                    own = token_nlls(model, x, order)
+                    wrong = token_nll(
+                        model(x.roll(1, 0), order=order), order_labels(x, order), model.model_args.vocab_size
+                    )
+                    totals[4] += own.double().sum()
+                    totals[5] += wrong.double().sum()
+                    totals[6] += own.numel()
         if dist.is_initialized() and self.parallel_dims.dp_enabled:
             dist.all_reduce(totals)
         t = totals.tolist()
         out = {"l2r": t[0] / t[1]}
         if t[3] > 0:
             out["ao"] = t[2] / t[3]
+        if t[6] > 0:
+            out["context_gain"] = (t[5] - t[4]) / t[6]
         return out
 
     @torch.no_grad()
     def validate(self, model_parts, step: int) -> None:
         model = model_parts[0]
         model.eval()
-        metrics = {f"validation_metrics/loss_{k}": v for k, v in self._losses(model).items()}
+        metrics = {_tag(k): v for k, v in self._losses(model).items()}
         ema = getattr(model, "ema", None)
         if self.use_ema and ema is not None:
             with ema.swapped():
                 for k, v in self._losses(model).items():
-                    metrics[f"validation_metrics/loss_{k}_ema"] = v
+                    metrics[_tag(k) + "_ema"] = v
         model.train()
         headline = metrics.get("validation_metrics/loss_ao", metrics["validation_metrics/loss_l2r"])
         self.metrics_processor.log_validation(loss=headline, step=step, extra_metrics=metrics)
@@ -138,6 +159,10 @@ class AOValidator(BaseValidator):
             step,
             "  ".join(f"{k.split('/')[-1]}={v:.4f}" for k, v in metrics.items()),
         )
+
+
+def _tag(key: str) -> str:
+    return f"validation_metrics/{key}" if key == "context_gain" else f"validation_metrics/loss_{key}"
 
 
 def build_ao_validator(**kwargs) -> AOValidator:

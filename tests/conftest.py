@@ -95,6 +95,8 @@ def debug_train_args(dump: Path, steps: int, **overrides) -> list[str]:
     args.update(overrides)
     out = []
     for k, v in args.items():
+        if v is None:  # dropped: the recipe's own value applies
+            continue
         if isinstance(v, bool):
             out += [f"--{k}"] if v else []
         else:

@@ -1,4 +1,5 @@
-"""convert.py without a checkpoint run: model args read off parameter shapes, and the step folder chosen."""
+"""convert.py: model args read off parameter shapes, and one-line refusals of checkpoints that would
+write NaN/inf weights, bytes that are not a checkpoint, or an output folder that cannot exist."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 import torch
 from conftest import tiny_model
 
-from aogpt_plugin.convert import infer_model_args, resolve_step_dir
+from aogpt_plugin.convert import convert, infer_model_args
 from aogpt_plugin.errors import UserError
 
 
@@ -39,40 +40,41 @@ def test_infer_model_args_names_what_is_wrong():
         infer_model_args(shapes, vocab_size=50257)
 
 
-def _step(root, n: int, complete: bool):
-    d = root / f"step-{n}"
-    d.mkdir()
-    if complete:
-        (d / ".metadata").write_bytes(b"")
-    return d
+def _dcp_checkpoint(step_dir, model, nan_in: str | None = None):
+    """A DCP checkpoint as torchtitan writes one: model weights and EMA shadows by name."""
+    import torch.distributed.checkpoint as dcp
+
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    state.update({f"ema.{k}": v.clone() for k, v in model.named_parameters()})
+    if nan_in is not None:
+        state[nan_in].view(-1)[0] = float("nan")
+    dcp.save(state, checkpoint_id=str(step_dir), no_dist=True)
 
 
-def test_resolve_step_dir_picks_the_newest_complete_step(tmp_path):
-    _step(tmp_path, 10, True)
-    _step(tmp_path, 20, True)
-    _step(tmp_path, 30, False)  # a save that was killed: no .metadata
-    assert resolve_step_dir(str(tmp_path), None) == (str(tmp_path / "step-20"), 20)
-    assert resolve_step_dir(str(tmp_path), 10) == (str(tmp_path / "step-10"), 10)
-    assert resolve_step_dir(str(tmp_path / "step-10"), None) == (str(tmp_path / "step-10"), 10)
+@pytest.mark.parametrize("weights", ["raw", "ema"])
+def test_a_checkpoint_with_nan_weights_is_refused_by_tensor_name(tmp_path, weights):
+    model = tiny_model(vocab_size=50257, max_seq_len=16)
+    name = "layers.1.attention.wqkv.weight"
+    _dcp_checkpoint(tmp_path / "ckpt" / "step-3", model, nan_in=name if weights == "raw" else f"ema.{name}")
+    with pytest.raises(UserError, match=f"tensor '{name}' holds 1 NaN/inf values") as info:
+        convert(str(tmp_path / "ckpt"), str(tmp_path / "out"), weights=weights)
+    assert "\n" not in str(info.value) and not (tmp_path / "out").exists()
+    other = "raw" if weights == "ema" else "ema"
+    convert(str(tmp_path / "ckpt"), str(tmp_path / "out"), weights=other)  # the clean copy converts
 
 
-@pytest.mark.parametrize(
-    ("layout", "step", "message"),
-    [
-        ("missing", None, "does not exist"),
-        ("empty", None, "holds neither a DCP checkpoint"),
-        ("incomplete", None, r"has step folders \[5\] but none is complete"),
-        ("complete", 7, r"--step 7 not found .*available: \[5\]"),
-        ("step_dir", 6, "--step 6 disagrees with"),
-    ],
-)
-def test_resolve_step_dir_errors_are_one_line(tmp_path, layout, step, message):
-    root = tmp_path / "ckpt"
-    if layout != "missing":
-        root.mkdir()
-    if layout in ("incomplete", "complete", "step_dir"):
-        _step(root, 5, layout != "incomplete")
-    target = root / "step-5" if layout == "step_dir" else root
-    with pytest.raises(UserError, match=message) as info:
-        resolve_step_dir(str(target), step)
+def test_data_files_that_are_not_the_checkpoint_are_one_line(tmp_path):
+    _dcp_checkpoint(tmp_path / "step-1", tiny_model(vocab_size=50257, max_seq_len=16))
+    data = next((tmp_path / "step-1").glob("*.distcp"))
+    data.write_bytes(bytes(range(256)) * (data.stat().st_size // 256 + 1))  # garbage, long enough
+    with pytest.raises(UserError, match="its data files cannot be read as the tensors its .metadata describes") as info:
+        convert(str(tmp_path / "step-1"), str(tmp_path / "out"))
     assert "\n" not in str(info.value)
+
+
+def test_an_output_folder_that_cannot_exist_is_refused_before_reading(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(UserError, match="cannot be created: .*afile' is a file"):
+        convert(str(tmp_path / "no-checkpoint-needed"), str(tmp_path / "afile" / "model"))
+    with pytest.raises(UserError, match="output directory .*afile' is a file"):
+        convert(str(tmp_path / "no-checkpoint-needed"), str(tmp_path / "afile"), force=True)

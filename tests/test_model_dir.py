@@ -73,3 +73,37 @@ def test_a_tokenizer_whose_vocabulary_is_not_the_models_is_refused(tmp_path):
     save_model(tiny_model(vocab_size=97), str(tmp_path / "m"))  # 97 tokens, but gpt2 has 50257
     with pytest.raises(UserError, match="has a 97-token vocabulary but its tokenizer 'gpt2' has 50257"):
         read_config(str(tmp_path / "m")).build_tokenizer(str(tmp_path / "m"))
+
+
+def test_a_folder_with_nan_weights_is_refused_by_name_and_none_is_ever_written(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    model = tiny_model()
+    with torch.no_grad():
+        model.norm.weight[3] = float("inf")
+    with pytest.raises(UserError, match="tensor 'norm.weight' holds 1 NaN/inf values"):
+        save_model(model, str(tmp_path / "never"))
+    assert list(tmp_path.iterdir()) == []  # not even a temporary is left
+    save_model(tiny_model(), str(tmp_path / "m"))
+    weights = tmp_path / "m" / "model.safetensors"
+    state = load_file(str(weights))
+    state["output.bias"][0] = float("nan")
+    save_file(state, str(weights))
+    with pytest.raises(UserError, match="model directory .*: tensor 'output.bias' holds 1 NaN/inf values"):
+        load_model_dir(str(tmp_path / "m"))
+
+
+def test_temporaries_of_a_killed_writer_are_removed_by_the_next_one(tmp_path):
+    dead = tmp_path / ".aogpt-convert-999999999-abcd"  # no such pid
+    dead.mkdir()
+    (tmp_path / ".aogpt-convert-999999999-efgh.old").mkdir()
+    alive = tmp_path / f".aogpt-convert-{__import__('os').getpid()}-live"  # a writer still running
+    alive.mkdir()
+    save_model(tiny_model(), str(tmp_path / "m"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["m", alive.name])
+
+
+def test_a_path_that_is_a_file_is_named_as_such(tmp_path):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(UserError, match="model directory .* is a file; give the folder"):
+        read_config(str(tmp_path / "f"))

@@ -1,4 +1,5 @@
-"""The AO-GPT optimizer container: authors' weight-decay groups, EMA after each step, NaN guard."""
+"""The AO-GPT optimizer container: authors' weight-decay groups, EMA after each step, the step guard
+before and after it, and the configured learning rate re-applied when a run resumes."""
 
 from __future__ import annotations
 
@@ -11,10 +12,14 @@ from aogpt_plugin.cpu_support import enable_torchtitan_on_cpu
 enable_torchtitan_on_cpu()
 
 from aogpt_plugin.ema import attach_ema  # noqa: E402
-from aogpt_plugin.loss import NonFiniteLossError, StepGuard  # noqa: E402
-from aogpt_plugin.optimizer import AOGPTOptimizersContainer  # noqa: E402
+from aogpt_plugin.loss import NonFiniteStepError, StepGuard  # noqa: E402
+from aogpt_plugin.optimizer import AOGPTOptimizersContainer, build_aogpt_lr_schedulers  # noqa: E402
 
 KW = {"lr": 1e-2, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1, "fused": False, "foreach": True}
+
+
+def _backward(model):
+    model(torch.randint(0, 61, (2, 8))).float().mean().backward()
 
 
 def test_weight_decay_only_on_matrices():
@@ -33,24 +38,56 @@ def test_ema_updates_after_every_step():
     attach_ema(model, decay=0.9)
     opt = AOGPTOptimizersContainer([model], torch.optim.AdamW, KW)
     for _ in range(3):
-        model(torch.randint(0, 61, (2, 8))).float().mean().backward()
+        _backward(model)
         opt.step()
         opt.zero_grad()
-    assert int(model.ema.num_updates) == 3
+    assert int(model.ema.num_updates) == 3 and opt.steps_done() == 3
     assert not torch.equal(model.ema.output.weight, model.output.weight)
 
 
-def test_nonfinite_loss_stops_before_the_update():
+@pytest.mark.parametrize("fault", ["loss", "gradient"])
+def test_a_nonfinite_step_changes_neither_weights_nor_ema(fault):
     model = tiny_model()
+    attach_ema(model, decay=0.9)
     guard = StepGuard()
     opt = AOGPTOptimizersContainer([model], torch.optim.AdamW, KW, guard=guard)
-    before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    model(torch.randint(0, 61, (2, 8))).float().mean().backward()
-    guard.record(torch.tensor(3.0))
-    guard.record(torch.tensor(float("nan")))
-    with pytest.raises(NonFiniteLossError, match="non-finite training loss"):
+    _backward(model)
+    guard.record(torch.tensor(2.0))
+    opt.step()  # step 1 is fine
+    opt.zero_grad()
+    before = {k: v.clone() for k, v in model.state_dict().items()}  # weights and EMA shadows
+    _backward(model)
+    guard.record(torch.tensor(float("nan") if fault == "loss" else 3.0))
+    if fault == "gradient":
+        model.layers["1"].feed_forward.w1.weight.grad[0, 0] = float("inf")
+    with pytest.raises(NonFiniteStepError, match="^step 2: the (training loss|gradient norm) is NaN/inf"):
         opt.step()
-    assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    opt.zero_grad()
+    _backward(model)
     guard.record(torch.tensor(2.0))
     opt.step()  # a finite step afterwards goes through
-    assert not all(torch.equal(p, before[n]) for n, p in model.named_parameters())
+    assert not torch.equal(model.output.weight, before["output.weight"])
+
+
+def test_resuming_applies_the_configured_learning_rate_at_the_resumed_position():
+    from torchtitan.config import LRScheduler
+
+    def container(lr):
+        return AOGPTOptimizersContainer([tiny_model()], torch.optim.AdamW, {**KW, "lr": lr})
+
+    config = LRScheduler(warmup_steps=2, decay_type="linear")
+    first = container(1e-3)
+    sched = build_aogpt_lr_schedulers(first, config, training_steps=10)
+    for _ in range(4):
+        first.step()
+        sched.step()
+    resumed = container(5e-3)  # the user asks for a new peak learning rate
+    resumed_sched = build_aogpt_lr_schedulers(resumed, config, training_steps=10)
+    resumed_sched.load_state_dict(sched.state_dict())
+    old = [g["lr"] for g in first.optimizers[0].param_groups]
+    new = [g["lr"] for g in resumed.optimizers[0].param_groups]
+    assert new == pytest.approx([5 * x for x in old])  # same point of the schedule, the new peak
+    resumed_sched.step()
+    sched.step()
+    assert resumed.optimizers[0].param_groups[0]["lr"] == pytest.approx(5 * first.optimizers[0].param_groups[0]["lr"])

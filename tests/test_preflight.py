@@ -18,11 +18,24 @@ aogpt_plugin.register()
 DEBUG = ["--job.config_file", "train_configs/aogpt_debug.toml"]
 
 
+@pytest.fixture(scope="module")
+def study_tokenizer(tmp_path_factory):
+    """The text-track study recipes name the tokenizer the study trains first; a small one stands in."""
+    from conftest import HELDOUT
+
+    from aogpt_plugin.data.tokenizer import train_tokenizer
+
+    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
+    train_tokenizer(str(HELDOUT), 300, str(path), max_bytes=100_000)
+    return str(path)
+
+
 @pytest.mark.parametrize(
     "recipe", sorted(glob.glob("train_configs/*.toml")) + sorted(glob.glob("train_configs/study/*.toml"))
 )
-def test_every_recipe_parses_with_torchtitans_config_manager(recipe):
-    config = parse_job_config(["--job.config_file", recipe])
+def test_every_recipe_parses_with_torchtitans_config_manager(recipe, study_tokenizer):
+    extra = ["--aogpt.tokenizer", study_tokenizer] if "outputs/study/tokenizer.json" in open(recipe).read() else []
+    config = parse_job_config(["--job.config_file", recipe, *extra])
     assert config.model.name == "aogpt"
     assert config.experimental.custom_import == "aogpt_plugin"
     assert config.job.custom_config_module == "aogpt_plugin.job_config"
@@ -71,20 +84,41 @@ def test_cli_overrides_reach_the_aogpt_sections():
         (["--aogpt.conditioning", "film"], "aogpt.conditioning='film' is not supported; allowed: adaln, concat, none"),
         (
             ["--training.seq_len", "4096"],
-            "training.seq_len=4096 exceeds the positions of model.flavor='debugmodel'; allowed: 1..256",
+            "training.seq_len=4096 is outside the positions of model.flavor='debugmodel'; allowed: 1..256",
         ),
-        (["--validation.seq_len", "300"], "validation.seq_len=300 exceeds the positions"),
+        (["--training.seq_len", "0"], "training.seq_len=0 is outside the positions of model.flavor='debugmodel'"),
+        (["--validation.seq_len", "300"], "validation.seq_len=300 is outside the positions"),
         (["--training.dataset_path", "/no/such/dir"], "training.dataset_path='/no/such/dir' does not exist"),
         (["--training.dataset", "c4_nope"], "training.dataset='c4_nope' is not registered; allowed:"),
-        (["--validation.steps", "-1"], "validation.steps=-1 must be >= 1"),
+        (["--validation.steps", "-1"], "validation.steps=-1 is not allowed; allowed: >= 1"),
+        (["--training.local_batch_size", "0"], "training.local_batch_size=0 is not allowed; allowed: >= 1"),
+        (["--training.steps", "0"], "training.steps=0 is not allowed; allowed: >= 1"),
+        (["--optimizer.lr", "-1"], "optimizer.lr=-1.0 is not allowed; allowed: > 0"),
+        (["--optimizer.name", "SGD"], "optimizer.name='SGD' is not supported; allowed: Adam, AdamW"),
+        (["--optimizer.beta2", "1.5"], "optimizer.beta2=1.5 is outside the allowed range [0, 1)"),
+        (["--model.converters", "float8"], "model.converters: 'float8' is not a converter; allowed: "),
+        (["--checkpoint.interval", "0"], "checkpoint.interval=0 is not allowed; allowed: >= 1"),
+        (
+            ["--checkpoint.keep_latest_k", "1"],
+            "checkpoint.keep_latest_k=1 is not allowed; allowed: 0 (keep all) or >= 2",
+        ),
+        (["--parallelism.tensor_parallel_degree", "2"], "parallelism.tensor_parallel_degree=2 is not supported"),
+        (["--parallelism.context_parallel_degree", "2"], "parallelism.context_parallel_degree=2 is not supported"),
+        (["--parallelism.pipeline_parallel_degree", "2"], "parallelism.pipeline_parallel_degree=2 is not supported"),
+        (["--aogpt.p_l2r", "abc"], "Error parsing --aogpt.p-l2r: could not convert string to float: 'abc'"),
+        (["--training.steps", "ten"], "Error parsing --training.steps: invalid literal for int() with base 10"),
         (["--ema.decay", "1.0"], "ema.decay=1.0 is outside the allowed range [0, 1)"),
-        (["--aogpt.tokenizer", "cl100k"], "aogpt.tokenizer='cl100k' is not supported; allowed: gpt2"),
+        (
+            ["--aogpt.tokenizer", "cl100k"],
+            "aogpt.tokenizer='cl100k' is not a tokenizer; allowed: gpt2, a tokenizer.json path, symbols:V",
+        ),
+        (["--aogpt.tokenizer", "/no/tok.json"], "aogpt.tokenizer='/no/tok.json': no such tokenizer.json"),
         (["--aogpt.target_pe_dim", "0"], "aogpt.target_pe_dim=0 must be >= 1"),
         (["--training.dataset_path", "/no/such/*.jsonl"], "training.dataset_path='/no/such/*.jsonl' matches no files"),
         (["--training.dataset_path", "../shared/data/train_corpus"], "includes the validation file"),
     ],
 )
-def test_bad_values_raise_one_line_config_errors(override, message):
+def test_bad_values_raise_one_line_config_errors(override, message):  # parsing errors are one line too
     with pytest.raises(ConfigError) as info:
         check_job_config(parse_job_config(DEBUG + override))
     text = str(info.value)
@@ -104,3 +138,43 @@ def test_glob_dataset_path_selects_only_the_training_shards():
 
     files = list_text_files("../shared/data/train_corpus/enwiki2015_train_*.jsonl")
     assert len(files) == 5 and not any("heldout" in f for f in files)
+
+
+@pytest.mark.parametrize(
+    ("line", "replacement", "message"),
+    [
+        ("p_l2r = 0.1 ", 'p_l2r = "abc" ', "aogpt.p_l2r='abc' has the wrong type; allowed: a number"),
+        ("steps = 60", 'steps = "abc"', "training.steps='abc' has the wrong type; allowed: an integer"),
+        ("enable = true", 'enable = "yes"', "has the wrong type; allowed: true/false"),
+    ],
+)
+def test_toml_values_of_the_wrong_type_are_one_line(tmp_path, line, replacement, message):
+    """The CLI library checks CLI values; TOML values reached the trainer and failed with a traceback."""
+    text = open("train_configs/aogpt_debug.toml").read()
+    assert line in text
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text.replace(line, replacement, 1))
+    with pytest.raises(ConfigError) as info:
+        check_job_config(parse_job_config(["--job.config_file", str(bad)]))
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("empty.jsonl", b"", "is empty"),
+        ("notext.jsonl", b'{"title": "x", "body": "y"}\n', "notext.jsonl:1 is not a JSON object with a 'text' field"),
+        ("garbage.jsonl", b"this is not json\n", "garbage.jsonl:1 is not a JSON object with a 'text' field"),
+        ("number.jsonl", b'{"text": 5}\n', "number.jsonl:1 has a 'text' that is not a string (int)"),
+        ("binary.txt", bytes(range(256)) * 4, "binary.txt' is not UTF-8 text"),
+        ("blank.jsonl", b'{"text": " "}\n', "holds no text in its first"),
+    ],
+)
+@pytest.mark.parametrize("section", ["training", "validation"])
+def test_bad_data_files_are_one_line_before_any_process_group(tmp_path, name, content, message, section):
+    (tmp_path / name).write_bytes(content)
+    config = parse_job_config(DEBUG + [f"--{section}.dataset_path", str(tmp_path / name)])
+    with pytest.raises(ConfigError) as info:
+        check_job_config(config)
+    assert message in str(info.value) and f"{section}.dataset_path" in str(info.value)
+    assert "\n" not in str(info.value)

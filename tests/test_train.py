@@ -1,5 +1,6 @@
 """End-to-end training through torchtitan's Trainer on CPU: loss falls, TensorBoard, exact resume,
-conversion round trip, config errors before any process group, NaN guard."""
+conversion round trip, config errors before any process group, the step guard, the dump-folder
+lock, resuming with a new learning rate or a different number of processes."""
 
 from __future__ import annotations
 
@@ -65,7 +66,10 @@ def test_train_resume_convert_single_process(tmp_path):
         "validation_metrics/loss_ao",
         "validation_metrics/loss_l2r_ema",
         "validation_metrics/loss_ao_ema",
+        "validation_metrics/context_gain",
+        "validation_metrics/context_gain_ema",
     }
+    assert abs(full["val"][8]["validation_metrics/context_gain"]) < 5  # finite, in nats
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     tb_dir = sorted(glob.glob(str(dump / "tb" / "*")))[0]  # the first run; the resumed one may add a folder
@@ -95,7 +99,7 @@ def test_train_two_processes_compile_and_selective_ac(tmp_path):
 def test_nan_loss_stops_before_weights_change(tmp_path):
     proc, out, dump = _train(tmp_path, "nan", 8, helper_args=("--nan-at-step", "6"), extra={"checkpoint.interval": 4})
     assert proc.returncode != 0
-    assert "non-finite training loss" in proc.stdout + proc.stderr
+    assert "step 6: the training loss is NaN/inf; stopped before the optimizer step" in proc.stdout + proc.stderr
     steps = sorted(p.name for p in (dump / "checkpoint").iterdir())
     assert steps == ["step-4"], steps  # the last good checkpoint is the newest; nothing after the NaN
     from aogpt_plugin.convert import convert
@@ -140,7 +144,7 @@ def test_bad_config_under_torchrun_stops_every_rank_before_the_mesh(tmp_path):
     args += ["--job.dump_folder", str(tmp_path / "run"), "--aogpt.p_l2r", "-0.5"]
     proc = run_torchrun(args, nproc=2, timeout=180)
     assert proc.returncode != 0
-    assert proc.stderr.count("error: aogpt.p_l2r=-0.5 is outside the allowed range [0, 1]") == 2
+    assert proc.stderr.count("error: aogpt.p_l2r=-0.5 is outside the allowed range [0, 1]") == 1  # rank 0 speaks
     assert "device mesh" not in (proc.stdout + proc.stderr).lower()
 
 
@@ -151,3 +155,177 @@ def test_bad_tokenizer_cache_fails_in_one_line(tmp_path):
     assert proc.returncode == 2
     (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
     assert "aogpt.tokenizer='gpt2' cannot load" in line
+
+
+def _error_lines(proc) -> list[str]:
+    return [ln for ln in proc.stderr.splitlines() if ln.startswith(("error", "Traceback"))]
+
+
+def _checkpoint_tensors(step_dir):
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    md = FileSystemReader(str(step_dir)).read_metadata()
+    state = {
+        k: torch.empty(v.size, dtype=v.properties.dtype)
+        for k, v in md.state_dict_metadata.items()
+        if isinstance(v, TensorStorageMetadata) and k.split(".")[0] in ("layers", "ema", "output", "tok_embeddings")
+    }
+    dcp.load(state, checkpoint_id=str(step_dir), no_dist=True)
+    return state
+
+
+def test_diverging_run_stops_in_one_line_and_never_saves_nonfinite_weights(tmp_path):
+    """The reported fault: lr 1e4 made the step-3 checkpoint 100% NaN, called "the last good one"."""
+    dump = tmp_path / "run"
+    args = debug_train_args(dump, 10, **{"optimizer.lr": 1e4, "checkpoint.interval": 1, "validation.freq": 100})
+    proc = _launch(args)
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    (line,) = _error_lines(proc)
+    assert (
+        "NaN/inf" in line and "stopped before the optimizer step, so no weight, EMA or checkpoint was written" in line
+    )
+    steps = sorted(int(p.name.split("-")[1]) for p in (dump / "checkpoint").iterdir())
+    assert line.startswith(f"error: step {steps[-1] + 1}: ")  # it stopped right after the last save
+    assert f"The newest checkpoint on disk is {dump}/checkpoint/step-{steps[-1]}" in line
+    assert f"--checkpoint.load_step {steps[-1]} --optimizer.lr 1000" in line  # a command that runs
+    for step in steps:
+        for name, t in _checkpoint_tensors(dump / "checkpoint" / f"step-{step}").items():
+            assert torch.isfinite(t).all(), (step, name)
+
+
+def _tb_scalars(dump, tag: str) -> dict[int, float]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = {}
+    for events in sorted(glob.glob(str(dump / "tb" / "*"))):
+        acc = EventAccumulator(events)
+        acc.Reload()
+        if tag in acc.Tags()["scalars"]:
+            out.update({e.step: e.value for e in acc.Scalars(tag)})
+    return out
+
+
+def test_resume_with_a_new_learning_rate_applies_it_at_the_resumed_step(tmp_path):
+    """`--checkpoint.load_step N --optimizer.lr X` (what the step guard advises) uses X: torchtitan alone
+    restores the checkpoint's learning rate and silently ignores the new one."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    base = {"checkpoint.interval": 2, "validation.freq": 100, "lr_scheduler.warmup_steps": 2}
+    proc = _launch(debug_train_args(first, 4, **{**base, "optimizer.lr": 1e-3}))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    shutil.copytree(first / "checkpoint" / "step-2", second / "checkpoint" / "step-2")
+    proc = _launch(debug_train_args(second, 4, **{**base, "optimizer.lr": 4e-3, "checkpoint.load_step": 2}))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "resuming with optimizer.lr=0.004 (the checkpoint was trained with 0.001)" in proc.stderr + proc.stdout
+    old, new = _tb_scalars(first, "lr"), _tb_scalars(second, "lr")
+    assert set(new) == {3, 4}
+    for step in (3, 4):
+        assert new[step] == pytest.approx(4 * old[step], rel=1e-6)
+
+
+def test_second_run_into_a_busy_dump_folder_is_refused_in_one_line(tmp_path):
+    from aogpt_plugin.train import hold_dump_folder
+
+    dump = tmp_path / "run"
+    lock = hold_dump_folder(str(dump))  # a training run holding the folder (this process)
+    try:
+        proc = _launch(debug_train_args(dump, 2))
+    finally:
+        lock.close()
+    assert proc.returncode == 2
+    (line,) = _error_lines(proc)
+    assert f"--job.dump_folder '{dump}' is in use by another training run (pid " in line
+    assert not (dump / "checkpoint").exists() and not (dump / "tb").exists()  # nothing of the first run touched
+
+
+def test_resume_with_another_number_of_processes_is_one_line_before_the_mesh(tmp_path):
+    dump = tmp_path / "run"
+    proc = _launch(debug_train_args(dump, 2, **{"checkpoint.interval": 2, "validation.freq": 100}))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    args = ["aogpt_plugin.train", *debug_train_args(dump, 4, **{"checkpoint.interval": 2})]
+    proc = run_torchrun(args, nproc=2, timeout=180)
+    assert proc.returncode != 0
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
+    assert lines == [
+        f"error: '{dump}/checkpoint/step-2' was saved by 1 data-parallel ranks and this run has 2: it can only "
+        "be resumed with 1 processes; use a fresh --job.dump_folder to start a new run"
+    ]
+    assert "Missing key" not in proc.stderr
+
+
+def test_a_checkpoint_with_nan_weights_is_refused_by_name(tmp_path):
+    import torch.distributed.checkpoint as dcp
+
+    dump = tmp_path / "run"
+    proc = _launch(debug_train_args(dump, 2, **{"checkpoint.interval": 2, "validation.freq": 100}))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    step_dir = dump / "checkpoint" / "step-2"
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
+
+    state = _load_state_dict_from_keys(checkpoint_id=str(step_dir))  # everything, dataloader state included
+    state["ema.layers.1.feed_forward.w2.weight"][0, 0] = float("nan")
+    shutil.rmtree(step_dir)
+    dcp.save(state, checkpoint_id=str(step_dir), no_dist=True)
+    proc = _launch(debug_train_args(dump, 4, **{"checkpoint.interval": 2, "validation.freq": 100}))
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    (line,) = _error_lines(proc)
+    assert "holds NaN/inf values in tensor 'ema.layers.1.feed_forward.w2.weight'" in line
+
+
+def test_the_debug_recipe_is_seeded_so_identical_runs_give_identical_losses(tmp_path):
+    def losses(dump):
+        args = debug_train_args(dump, 3, **{"validation.freq": 100, "checkpoint.interval": 100, "debug.seed": None})
+        proc = _launch(args)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return _tb_scalars(dump, "loss_metrics/global_avg_loss")
+
+    assert losses(tmp_path / "a") == losses(tmp_path / "b")
+
+
+def test_a_tokenizer_json_trains_converts_samples_and_evaluates(tmp_path):
+    """Round trip with a small byte-level BPE: the model's vocabulary follows the tokenizer, the model
+    folder carries a copy of it, and `eval ppl` reports bits per byte."""
+    import json
+
+    from conftest import HELDOUT
+
+    from aogpt_plugin.cli import main
+    from aogpt_plugin.data.tokenizer import train_tokenizer
+
+    tok = tmp_path / "tok.json"
+    train_tokenizer(str(HELDOUT), 320, str(tok), max_bytes=200_000)
+    dump = tmp_path / "run"
+    proc = _launch(debug_train_args(dump, 4, **{"aogpt.tokenizer": str(tok), "validation.freq": 4}))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    model_dir = tmp_path / "model"
+    assert main(["convert", str(dump / "checkpoint"), str(model_dir), "--tokenizer", str(tok)]) == 0
+    config = json.loads((model_dir / "config.json").read_text())
+    assert config["tokenizer"] == "tokenizer.json" and config["model_args"]["vocab_size"] == 320
+    assert (model_dir / "tokenizer.json").read_bytes() == tok.read_bytes()
+    tok.unlink()  # the folder is self-contained
+    assert main(["sample", "--model", str(model_dir), "--length", "16", "--steps", "4", "--no-progress"]) == 0
+    text = tmp_path / "text.txt"
+    text.write_text("\n\n".join(f"Paragraph {i} about the history of the city." for i in range(40)))
+    assert (
+        main(["eval", "ppl", "--model", str(model_dir), "--dataset", str(text), "--order", "l2r", "--seq-len", "32"])
+        == 0
+    )
+
+
+def test_a_synthetic_source_trains_without_text(tmp_path):
+    spec = "markov:vocab=32,order=2,branching=4,seed=0"
+    extra = {
+        "training.dataset": "synthetic",
+        "training.dataset_path": spec,
+        "validation.dataset": "synthetic",
+        "validation.dataset_path": spec,
+        "aogpt.tokenizer": "symbols:32",
+        "validation.freq": 4,
+    }
+    proc = _launch(debug_train_args(tmp_path / "run", 4, **extra))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "aogpt validation step 4" in proc.stdout + proc.stderr
+    bad = _launch(debug_train_args(tmp_path / "bad", 4, **{**extra, "aogpt.tokenizer": "symbols:16"}))
+    assert bad.returncode == 2
+    assert "draws 32 symbols but aogpt.tokenizer='symbols:16' has 16; allowed: symbols:32" in bad.stderr

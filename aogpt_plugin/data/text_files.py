@@ -44,7 +44,17 @@ def _checked(files: list[str], path: str, key: str) -> list[str]:
 
 
 def iter_documents(path: str) -> Iterator[str]:
-    """Documents of one file, in file order."""
+    """Documents of one file, in file order; a file that is not UTF-8 text of the expected layout is
+    a ConfigError naming the file and the line."""
+    try:
+        yield from _documents(path)
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            f"{path!r} is not UTF-8 text (byte {e.start} of a line cannot be decoded); give text files"
+        ) from None
+
+
+def _documents(path: str) -> Iterator[str]:
     if path.endswith(".txt"):
         with open(path, encoding="utf-8") as f:
             doc: list[str] = []
@@ -62,6 +72,23 @@ def iter_documents(path: str) -> Iterator[str]:
             if not line.strip():
                 continue
             try:
-                yield json.loads(line)["text"]
+                text = json.loads(line)["text"]
             except (json.JSONDecodeError, KeyError, TypeError):
                 raise ConfigError(f"{path}:{lineno} is not a JSON object with a 'text' field") from None
+            if not isinstance(text, str):
+                raise ConfigError(f"{path}:{lineno} has a 'text' that is not a string ({type(text).__name__})")
+            yield text
+
+
+def check_text_files(files: list[str], key: str, documents: int = 64) -> None:
+    """Read the first documents of every file, so an empty, binary or malformed file is one line
+    now rather than a traceback on every rank once training has started."""
+    for path in files:
+        if os.path.getsize(path) == 0:
+            raise ConfigError(f"{key}: {path!r} is empty; every training/validation file needs documents")
+        try:
+            first = [doc for _, doc in zip(range(documents), iter_documents(path), strict=False)]
+        except ConfigError as e:
+            raise ConfigError(f"{key}: {e}") from None
+        if not any(doc.strip() for doc in first):
+            raise ConfigError(f"{key}: {path!r} holds no text in its first {documents} documents")

@@ -5,9 +5,7 @@
 
 from __future__ import annotations
 
-import json
-
-from ..devices import Reporter
+from ..devices import Reporter, print_json
 from ..errors import require_at_least
 from . import genppl_command, ppl_command
 from .benchmarks import BENCHMARKS, PROTOCOL_SEQ_LEN, check_dataset_arg, load_documents, pack_documents
@@ -28,19 +26,19 @@ def add_data_command(subparsers) -> None:
     p.add_argument("--dataset", required=True, help=f"{', '.join(BENCHMARKS)}, or a .jsonl/.json/.txt file or folder")
     p.add_argument("--split", default="test", help="benchmark split (default test)")
     p.add_argument("--seq-len", type=int, default=PROTOCOL_SEQ_LEN, help="chunk length n (default 1024)")
-    p.add_argument("--tokenizer", default="gpt2", help="tokenizer name (default gpt2)")
+    p.add_argument("--tokenizer", default="gpt2", help="gpt2 (default), a tokenizer.json, symbols:V")
     p.add_argument("--data-dir", default=None, help="folder of local benchmark copies (default $AOGPT_DATA_DIR)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.set_defaults(run=run_data)
 
 
 def run_data(args) -> int:
-    from ..data.tokenizer import TiktokenTokenizer
+    from ..data.tokenizer import load_tokenizer
 
     require_at_least("--seq-len", args.seq_len, 1, "the chunk length")
     check_dataset_arg(args.dataset, args.split)
     say = Reporter(args.json)
-    tokenizer = TiktokenTokenizer(args.tokenizer)
+    tokenizer = load_tokenizer(args.tokenizer, key="--tokenizer")
     docs = load_documents(args.dataset, args.split, args.data_dir)
     packed = pack_documents(docs.texts, tokenizer, args.seq_len)
     say(
@@ -63,5 +61,5 @@ def run_data(args) -> int:
             "scored_tokens": packed.num_chunks * args.seq_len,
             "dropped_tokens": packed.dropped_tokens,
         }
-        print(json.dumps(record))
+        print_json(record)
     return 0

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 import torch
 from tqdm import tqdm
 
-from ..data.tokenizer import TOKENIZERS, TiktokenTokenizer
+from ..data.tokenizer import load_tokenizer
 from ..errors import UserError
+from ..likelihood import perplexity
 from .samples import SampleSet
 
 TOKEN_MODES = ("auto", "direct", "retokenize")
@@ -56,12 +57,15 @@ def prepare(sample_set: SampleSet, scorer, mode: str = "auto") -> PreparedSample
 def _text_of(sample, index: int, sample_set: SampleSet) -> str:
     if sample.text is not None:
         return sample.text
-    if sample_set.tokenizer not in TOKENIZERS:
+    try:
+        tokenizer = load_tokenizer(sample_set.tokenizer)
+    except UserError:
         raise UserError(
             f"--samples {sample_set.path!r}: sample {index} has only {sample_set.tokenizer!r} token ids, which this "
-            f"scorer does not use and which cannot be decoded here (decodable: {', '.join(TOKENIZERS)}); add text"
-        )
-    return TiktokenTokenizer(sample_set.tokenizer).decode(sample.tokens)
+            "scorer does not use and which cannot be decoded here (gpt2, symbols:V or an existing tokenizer.json "
+            "path can be); add text"
+        ) from None
+    return tokenizer.decode(sample.tokens)
 
 
 def _check_fits(ids: list[list[int]], scorer) -> None:
@@ -104,13 +108,13 @@ def _mean_std(values: list[float]) -> tuple[float, float | None]:
 
 def summarize(sums: torch.Tensor, counts: torch.Tensor, own_tokens: list[list[int]]) -> dict:
     """Token-level ppl/nll, mean ± std (n-1) of per-sample ppl, and mean ± std of unigram entropy."""
-    per_sample = [math.exp(s / c) for s, c in zip(sums.tolist(), counts.tolist(), strict=True)]
+    per_sample = [perplexity(s / c) for s, c in zip(sums.tolist(), counts.tolist(), strict=True)]
     ppl_mean, ppl_std = _mean_std(per_sample)
     entropies = [unigram_entropy(t) for t in own_tokens]
     ent_mean, ent_std = _mean_std(entropies)
     nll = sums.sum().item() / counts.sum().item()
     return {
-        "ppl": math.exp(nll),
+        "ppl": perplexity(nll),
         "nll": nll,
         "tokens": int(counts.sum().item()),
         "samples": len(per_sample),

@@ -6,8 +6,8 @@ import json
 import sys
 import time
 
-from ..devices import Reporter, add_runtime_args, resolve_device, resolve_dtype
-from ..errors import UserError, require_at_least
+from ..devices import Reporter, add_runtime_args, print_json, resolve_device, resolve_dtype
+from ..errors import UserError, check_writable, require_at_least
 from .genppl import TOKEN_MODES
 
 
@@ -87,7 +87,7 @@ def run(args) -> int:
             **summary,
             "seconds": round(seconds, 3),
         }
-        print(json.dumps(record))
+        print_json(record)
     return 0
 
 
@@ -99,6 +99,8 @@ def _check_sampling_args(args) -> None:
         return
     if args.num_samples is None:
         raise UserError("--model needs --num-samples N (how many samples to draw)")
+    if args.save_samples:
+        check_writable(args.save_samples, "--save-samples")
     require_at_least("--num-samples", args.num_samples, 1, "the number of samples")
     require_at_least("--length", args.length, 1, "the sample length")
     require_at_least("--steps", args.steps, 1, "the number of steps")

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import torch
 from tqdm import tqdm
 
-from ..likelihood import token_nlls
+from ..likelihood import perplexity, token_nlls
 from ..orders import L2R
 from ..seeding import stream_generator
 from .ensemble import SlotCost, ensemble_nll, ensemble_sizes, member_nlls
@@ -64,7 +64,7 @@ def estimate(per_draw_nll: torch.Tensor, deterministic: bool = False) -> Estimat
     else:
         se_orders = None
     se_chunks = values.mean(dim=1).std(unbiased=True).item() / math.sqrt(chunks) if chunks >= 2 else None
-    return Estimate(nll=nll, ppl=math.exp(nll), se_orders=se_orders, se_chunks=se_chunks)
+    return Estimate(nll=nll, ppl=perplexity(nll), se_orders=se_orders, se_chunks=se_chunks)
 
 
 @dataclass

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
+import math
 import sys
 import time
 
-from ..devices import Reporter, add_runtime_args, resolve_device, resolve_dtype
+from ..devices import Reporter, add_runtime_args, print_json, resolve_device, resolve_dtype
 from ..errors import UserError, require_at_least
 from ..orders import READ_ORDERS
 from .benchmarks import BENCHMARKS, PROTOCOL_SEQ_LEN, check_dataset_arg, load_documents, pack_documents
@@ -95,8 +95,14 @@ def run(args) -> int:
     )
     seconds = time.perf_counter() - started
     estimates = scores.estimates()
+    # bits per byte of the scored text: the same NLL spread over the UTF-8 bytes its tokens spell, so
+    # models with different tokenizers compare (EOS tokens add NLL but no bytes)
+    text_bytes = int(tokenizer.byte_lengths()[chunks].sum())
+    bits_per_byte = {size: e.nll * chunks.numel() / (math.log(2) * text_bytes) for size, e in estimates.items()}
     for size, e in estimates.items():
-        say(f"M={size:<4d} ppl {e.ppl:.4f}  nll {e.nll:.5f} nats/token  {_se_text(e)}")
+        say(
+            f"M={size:<4d} ppl {e.ppl:.4f}  nll {e.nll:.5f} nats/token  {bits_per_byte[size]:.4f} bits/byte  {_se_text(e)}"
+        )
     cost = scores.cost.as_dict()
     if args.ensemble > 1:
         say(
@@ -131,11 +137,15 @@ def run(args) -> int:
             "dtype": args.dtype,
             "device": str(device),
             **final.as_dict(),
-            "ensemble": [{"M": size, **e.as_dict()} for size, e in estimates.items()],
+            "bits_per_byte": bits_per_byte[args.ensemble],
+            "text_bytes": text_bytes,
+            "ensemble": [
+                {"M": size, **e.as_dict(), "bits_per_byte": bits_per_byte[size]} for size, e in estimates.items()
+            ],
             "forward_slots": cost,
             "seconds": round(seconds, 3),
         }
-        print(json.dumps(record))
+        print_json(record)
     return 0
 
 

@@ -37,9 +37,14 @@ class SampleSet:
 
 def read_samples(path: str) -> SampleSet:
     if not os.path.isfile(path):
-        raise UserError(f"--samples {path!r} is not a file")
-    with open(path, encoding="utf-8") as f:
-        content = f.read()
+        raise UserError(
+            f"--samples {path!r} " + ("is a folder, not a file" if os.path.isdir(path) else "does not exist")
+        )
+    try:
+        with open(path, encoding="utf-8") as f:
+            content = f.read()
+    except UnicodeDecodeError as e:
+        raise UserError(f"--samples {path!r} is not UTF-8 text (byte {e.start} cannot be decoded)") from None
     head = content.lstrip()[:1]
     if head in ("{", "["):
         items, meta = _json_items(content, path)

@@ -54,7 +54,9 @@ class AOGPTScorer:
         self.device = device
 
     def speaks(self, tokenizer_name: str) -> bool:
-        return tokenizer_name == self.tokenizer.name
+        from ..data.tokenizer import same_tokenizer
+
+        return same_tokenizer(tokenizer_name, self.tokenizer.name)
 
     def encode(self, texts: list[str]) -> list[list[int]]:
         return self.tokenizer.encode_batch(texts)

@@ -3,8 +3,9 @@
 The same order torchtitan uses for Llama, reusing its helpers: the AO-GPT module tree keeps
 Llama's names (`tok_embeddings`, `layers`, `norm`, `output`), so Llama's FSDP grouping applies:
 embeddings / each block / final norm + head / root (positions, target table, final adaLN).
-Last, the EMA of `[ema]` is attached as `model.ema`, shaped like the (sharded) parameters; the
-model's `init_weights` starts it and the optimizers container updates it (ema.py).
+Last, the EMA of `[ema]` is attached as `model.ema`, shaped like the (sharded) parameters (the
+model's `init_weights` starts it and the optimizers container updates it, ema.py), and loading a
+checkpoint with NaN/inf weights is refused (loss.py).
 Tensor, context and pipeline parallelism are not supported (the model is small enough for FSDP).
 """
 
@@ -24,6 +25,7 @@ from torchtitan.tools.logging import logger
 
 from ..ema import attach_ema
 from ..errors import ConfigError
+from ..loss import refuse_nonfinite_load
 
 
 def use_sum_reduction_on_gloo(model: nn.Module) -> None:
@@ -74,4 +76,5 @@ def parallelize_aogpt(model: nn.Module, parallel_dims, job_config) -> nn.Module:
         apply_ddp(model, parallel_dims.get_mesh("dp_replicate"), enable_compile=compile_model)
     if job_config.ema.enable:
         attach_ema(model, job_config.ema.decay, job_config.ema.warmup)
+    model.register_load_state_dict_post_hook(refuse_nonfinite_load)
     return model

@@ -68,11 +68,15 @@ class AOGPTModelArgs:
 
     # ---- torchtitan BaseModelArgs contract -------------------------------------------------
     def update_from_config(self, job_config, **kwargs) -> None:
-        """Copy the AO options of the `[aogpt]` TOML section in and check `training.seq_len`."""
+        """Copy the AO options of the `[aogpt]` TOML section in (and the tokenizer's vocabulary size)
+        and check `training.seq_len`."""
         ao = getattr(job_config, "aogpt", None)
         if ao is not None:
+            from ..data.tokenizer import load_tokenizer
+
             self.conditioning = ao.conditioning
             self.target_pe_dim = ao.target_pe_dim
+            self.vocab_size = load_tokenizer(ao.tokenizer).get_vocab_size()  # the embedding follows the tokenizer
         self.validate()
         seq_len = job_config.training.seq_len
         if seq_len > self.max_seq_len or seq_len < 1:

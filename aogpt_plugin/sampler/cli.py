@@ -113,7 +113,7 @@ def run(args) -> int:
         out = samples_record(
             tokens,
             texts,
-            tokenizer=config.tokenizer,
+            tokenizer=tokenizer.name,
             model=args.model,
             length=sample_config.length,
             num_samples=sample_config.num_samples,

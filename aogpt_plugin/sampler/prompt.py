@@ -94,10 +94,12 @@ def parse_infill(spec: str | dict, encode=None, builder: PromptBuilder | None = 
         text = spec
         if spec.startswith("@"):
             try:
-                with open(os.path.expanduser(spec[1:])) as f:
+                with open(os.path.expanduser(spec[1:]), encoding="utf-8") as f:
                     text = f.read()
             except OSError as e:
                 raise UserError(f"--infill file {spec[1:]!r} cannot be read ({type(e).__name__})") from None
+            except UnicodeDecodeError as e:
+                raise UserError(f"--infill file {spec[1:]!r} is not UTF-8 text (byte {e.start})") from None
         try:
             spec = json.loads(text)
         except json.JSONDecodeError as e:

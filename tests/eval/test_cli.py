@@ -211,7 +211,7 @@ def test_genppl_errors(capsys, tmp_path, model_dir, monkeypatch):
     data["tokenizer"] = "llama"
     (tmp_path / "other.json").write_text(json.dumps(data))
     base = ["eval", "genppl", "--scorer", model_dir]
-    assert "is not a file" in run_error(capsys, [*base, "--samples", str(tmp_path / "missing.json")])
+    assert "missing.json' does not exist" in run_error(capsys, [*base, "--samples", str(tmp_path / "missing.json")])
     msg = run_error(capsys, [*base, "--samples", other, "--tokens", "direct"])
     assert "does not use the samples' llama vocabulary" in msg
     assert "cannot be decoded here" in run_error(capsys, [*base, "--samples", other])
@@ -249,3 +249,41 @@ def test_genppl_reads_aogpt_sample_json(capsys, tmp_path, model_dir, monkeypatch
     assert "tokens" not in rec["samples_meta"] and rec["samples_meta"]["steps"] == 3
     nll = token_nlls(load_model_dir(model_dir).model, torch.tensor(drawn["tokens"]), None).double()
     assert rec["sample_ppls"] == pytest.approx(nll.mean(1).exp().tolist(), rel=1e-6)
+
+
+# ---- faults: every one is a single `error:` line, before any work where the input allows -------------
+def test_an_overflowing_perplexity_is_inf_and_null_in_json(capsys, tmp_path, text_file):
+    path = tmp_path / "exploded"
+    save_model(tiny_model(vocab_size=GPT2_VOCAB, max_seq_len=SEQ, dim=32, scale=3e4, preset="eval"), str(path))
+    argv = ["eval", "ppl", "--model", str(path), "--dataset", text_file, "--order", "l2r", "--seq-len", "16"]
+    assert cli.main(argv) == 0
+    assert " ppl inf " in capsys.readouterr().out
+    record = run_json(capsys, argv)
+    assert record["nll"] > 709 and record["ppl"] is None  # exp() overflows a float; JSON has no infinity
+
+
+def test_non_utf8_text_and_incomplete_configs_are_one_line_errors(capsys, tmp_path, model_dir):
+    binary = tmp_path / "binary.txt"
+    binary.write_bytes(bytes(range(256)) * 8)
+    line = run_error(capsys, ["eval", "ppl", "--model", model_dir, "--dataset", str(binary), "--order", "l2r"])
+    assert "binary.txt' is not UTF-8 text" in line
+    samples = tmp_path / "samples.txt"
+    samples.write_bytes(b"caf\xe9 au lait\n")
+    line = run_error(capsys, ["eval", "genppl", "--samples", str(samples), "--scorer", model_dir])
+    assert "samples.txt' is not UTF-8 text" in line
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text(json.dumps({"format": "aogpt-converted", "tokenizer": "gpt2"}))
+    line = run_error(capsys, ["eval", "ppl", "--model", str(broken), "--dataset", "ptb", "--order", "l2r"])
+    assert "bad model_args in config.json ('model_args')" in line
+
+
+def test_an_unwritable_save_samples_path_fails_before_sampling(capsys, tmp_path, model_dir, monkeypatch):
+    import aogpt_plugin.sampler as sampler
+
+    monkeypatch.setattr(sampler, "generate", lambda *a, **k: pytest.fail("sampled before checking the output path"))
+    argv = ["eval", "genppl", "--model", model_dir, "--scorer", model_dir, "--num-samples", "2", "--length", "8"]
+    line = run_error(capsys, [*argv, "--save-samples", str(tmp_path / "no" / "such" / "dir" / "s.json")])
+    assert "--save-samples" in line and "its folder" in line and "does not exist" in line
+    line = run_error(capsys, [*argv, "--save-samples", str(tmp_path)])
+    assert "is a folder; give a file path" in line

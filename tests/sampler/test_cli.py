@@ -93,3 +93,43 @@ def test_sample_text(capsys, model_dir):
     argv = ["sample", "--model", model_dir, "--length", "8", "--steps", "8", "--order", "l2r", "--no-progress"]
     code, out, err = run_cli(capsys, argv)
     assert code == 0 and out.startswith("=== sample 0 ===") and "8 forward passes" in err
+
+
+def test_an_infill_file_that_is_not_utf8_is_one_line(capsys, model_dir, tmp_path):
+    spec = tmp_path / "spans.json"
+    spec.write_bytes(b'{"spans": [{"start": 0, "text": "caf\xe9"}]}')
+    code, out, err = run_cli(capsys, ["sample", "--model", model_dir, "--length", "8", "--infill", f"@{spec}"])
+    assert code == 2 and out == ""
+    assert err.strip().splitlines() == [f"error: --infill file '{spec}' is not UTF-8 text (byte 36)"]  # the \\xe9
+
+
+def _sample_process(model_dir, *extra, env=None, pipe_to=None):
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    cmd = [sys.executable, "-m", "aogpt_plugin.cli", "sample", "--model", model_dir, "--num-samples", "40"]
+    cmd += ["--length", "24", "--steps", "6", "--no-progress", *extra]
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    if pipe_to is None:
+        return subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, timeout=120)
+    writer = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    reader = subprocess.run(pipe_to, stdin=writer.stdout, capture_output=True, timeout=120)
+    writer.stdout.close()
+    _, err = writer.communicate(timeout=120)
+    return reader, writer.returncode, err
+
+
+def test_output_cut_short_by_a_pipe_is_not_a_traceback(model_dir):
+    """`aogpt sample | head -1`: the reader leaves after one line; the writer must end quietly."""
+    reader, code, err = _sample_process(model_dir, pipe_to=["head", "-1"])
+    assert reader.stdout.decode().startswith("=== sample 0 ===")
+    assert code == 0 and b"Traceback" not in err and b"BrokenPipe" not in err, err.decode()[-2000:]
+
+
+def test_a_terminal_that_cannot_show_the_text_gets_it_escaped(model_dir):
+    proc = _sample_process(model_dir, env={"PYTHONIOENCODING": "ascii"})  # the samples hold non-ASCII bytes
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    assert b"Traceback" not in proc.stderr

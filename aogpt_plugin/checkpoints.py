@@ -1,0 +1,93 @@
+"""torchtitan DCP checkpoints on disk: which `step-N` folders exist, which are complete, what they hold.
+
+Read without torchtitan and without a process group, so `aogpt convert`, the launcher's preflight
+(before a resume) and its error messages (which checkpoint is the last good one) agree on one rule:
+a step folder is complete when its `.metadata` exists and every data file it names is whole.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from .errors import UserError
+
+STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+def step_folders(folder: str) -> list[int]:
+    """Steps with a `step-N` folder in `folder`, ascending (complete or not)."""
+    if not os.path.isdir(folder):
+        return []
+    return sorted(int(m.group(1)) for d in os.listdir(folder) if (m := STEP_DIR.match(d)))
+
+
+def has_metadata(step_dir: str) -> bool:
+    return os.path.isfile(os.path.join(step_dir, ".metadata"))
+
+
+def newest_complete_step(folder: str) -> int | None:
+    """The newest step whose save finished (the one torchtitan resumes from), or None."""
+    complete = [s for s in step_folders(folder) if has_metadata(os.path.join(folder, f"step-{s}"))]
+    return complete[-1] if complete else None
+
+
+def read_metadata(step_dir: str):
+    """The DCP metadata of a step folder, checked: present, readable, and every data file whole."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    if not has_metadata(step_dir):
+        raise UserError(f"{step_dir!r} is not a complete DCP checkpoint: it has no .metadata (partial or failed save)")
+    try:
+        md = FileSystemReader(step_dir).read_metadata()
+    except Exception as e:
+        raise UserError(f"{step_dir!r}: unreadable .metadata ({type(e).__name__})") from None
+    needed: dict[str, int] = {}
+    for info in md.storage_data.values():
+        end = info.offset + info.length
+        needed[info.relative_path] = max(needed.get(info.relative_path, 0), end)
+    for rel, end in sorted(needed.items()):
+        path = os.path.join(step_dir, rel)
+        if not os.path.isfile(path) or os.path.getsize(path) < end:
+            raise UserError(f"{step_dir!r} is an incomplete checkpoint: data file {rel!r} is missing or truncated")
+    return md
+
+
+def saved_world(step_dir: str) -> dict:
+    """What a resume must match: the data-parallel degree the dataloader state was saved for (None
+    when the checkpoint holds no dataloader state) and whether it holds the optimizer (a model-only
+    final save holds neither and cannot be resumed)."""
+    keys = read_metadata(step_dir).state_dict_metadata
+    ranks = {m.group(1) for k in keys if (m := re.match(r"^dataloader\.dp_rank_(\d+)(\.|$)", k))}
+    return {
+        "dp_degree": len(ranks) or None,
+        "has_optimizer": any(k.startswith("optimizer.") for k in keys),
+    }
+
+
+def resolve_step_dir(checkpoint_dir: str, step: int | None) -> tuple[str, int | None]:
+    """CHECKPOINT_DIR may be one `step-N` folder or the folder holding them (newest complete one wins)."""
+    if os.path.isfile(checkpoint_dir):
+        raise UserError(
+            f"checkpoint directory {checkpoint_dir!r} is a file; give a step-N folder or the folder of them"
+        )
+    if not os.path.isdir(checkpoint_dir):
+        raise UserError(f"checkpoint directory {checkpoint_dir!r} does not exist")
+    m = STEP_DIR.match(os.path.basename(os.path.normpath(checkpoint_dir)))
+    if m:
+        if step is not None and int(m.group(1)) != step:
+            raise UserError(f"--step {step} disagrees with {checkpoint_dir!r}; give the parent folder or drop --step")
+        return checkpoint_dir, int(m.group(1))
+    if has_metadata(checkpoint_dir):
+        return checkpoint_dir, step
+    steps = step_folders(checkpoint_dir)
+    if not steps:
+        raise UserError(f"{checkpoint_dir!r} holds neither a DCP checkpoint (.metadata) nor step-N folders")
+    if step is not None:
+        if step not in steps:
+            raise UserError(f"--step {step} not found in {checkpoint_dir!r}; available: {steps}")
+        return os.path.join(checkpoint_dir, f"step-{step}"), step
+    newest = newest_complete_step(checkpoint_dir)
+    if newest is None:
+        raise UserError(f"{checkpoint_dir!r} has step folders {steps} but none is complete (no .metadata)")
+    return os.path.join(checkpoint_dir, f"step-{newest}"), newest

@@ -1,0 +1,305 @@
+"""Inject every fault of docs/reliability.md and record what a user sees and what is kept.
+
+    python scripts/fault_table.py            # prints the markdown table (about 4 minutes on 2 cores)
+    python scripts/fault_table.py --write    # and replaces the table in docs/reliability.md
+
+Each row runs the command written in it (in a scratch folder, with TIKTOKEN_CACHE_DIR and
+AOGPT_DATA_DIR set as `make` sets them), takes the `error:` line and the exit status it printed,
+and checks what is left on disk. A row whose command printed a traceback, or more than one error
+line, says so in the table: this script reports, it does not hide.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+SHARED = ROOT.parent / "shared" / "data"
+DOCS = ROOT / "docs" / "reliability.md"
+START, END = "<!-- fault-table:start -->", "<!-- fault-table:end -->"
+TRAIN = "python -m aogpt_plugin.train --job.config_file train_configs/aogpt_debug.toml"
+SMALL = "--training.steps 4 --training.seq_len 32 --training.local_batch_size 4 --validation.freq 100"
+
+
+def run(command: str, cwd: Path, env: dict | None = None) -> tuple[int, str]:
+    """Exit status and output (stderr, then stdout) of `command`, a bash line run with this venv first on PATH."""
+    full_env = {**os.environ, "TIKTOKEN_CACHE_DIR": str(SHARED / "tiktoken_cache"), "AOGPT_DATA_DIR": str(SHARED)}
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    full_env |= {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "PATH": path, **(env or {})}
+    proc = subprocess.run(["bash", "-c", command], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=600)
+    return proc.returncode, proc.stderr + proc.stdout
+
+
+def seen(code: int, output: str, show: str | None = None) -> str:
+    """The one line a user reads: the `error:` line (or the line starting with `show`), and the status.
+    torchrun's own agent reports a failed worker with a traceback of its own; that is named, not hidden."""
+    agent = "torch.distributed.elastic.multiprocessing.errors.ChildFailedError" in output
+    tracebacks = output.count("Traceback (most recent call last)") - (1 if agent else 0)
+    if tracebacks > 0:
+        return f"exit {code}; **{tracebacks} traceback(s)**"
+    if show is None:
+        lines = [ln[len("error: ") :] for ln in output.splitlines() if ln.startswith("error: ")]
+    else:
+        lines = [ln[ln.index(show) :] for ln in output.splitlines() if show in ln]
+    if not lines:
+        return f"exit {code}; no error line" if show is None else f"exit {code}; no line with {show!r}"
+    text = lines[0]
+    short = text if len(text) <= 150 else text[:147] + "..."
+    more = f" (+{len(lines) - 1} more)" if len(lines) > 1 and not show else ""
+    tail = "; then torchrun's failure summary" if agent else ""
+    return f"exit {code}: `{short}`{more}{tail}"
+
+
+def finite_steps(folder: Path) -> str:
+    """Which checkpoints are on disk, and whether every tensor in them is finite."""
+    import torch
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
+
+    if not folder.is_dir():
+        return "no checkpoint"
+    out = []
+    for step_dir in sorted(folder.glob("step-*"), key=lambda p: int(p.name.split("-")[1])):
+        if not (step_dir / ".metadata").exists():
+            out.append(f"{step_dir.name} (incomplete)")
+            continue
+        state = _load_state_dict_from_keys(checkpoint_id=str(step_dir))
+        flat = list(_tensors(state))
+        ok = all(bool(torch.isfinite(t).all()) for t in flat if t.is_floating_point())
+        out.append(f"{step_dir.name} ({'all finite' if ok else 'NON-FINITE'})")
+    return ", ".join(out) or "no checkpoint"
+
+
+def _tensors(obj):
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _tensors(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _tensors(v)
+
+
+def tiny_model_dir(path: Path, scale: float = 1.0) -> None:
+    import torch
+
+    from aogpt_plugin.model import AOGPT, AOGPTModelArgs
+    from aogpt_plugin.model_dir import save_model
+
+    torch.manual_seed(0)
+    model = AOGPT(AOGPTModelArgs(dim=32, n_layers=2, n_heads=4, max_seq_len=32))
+    model.init_weights()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.mul_(scale)
+    save_model(model, str(path))
+
+
+def rows(tmp: Path) -> list[tuple[str, str, str, str]]:
+    """(fault, command, what the user sees, what is kept) for every fault."""
+    out = []
+
+    def add(fault, command, kept=lambda: "", setup=None, display=None, env=None, show=None):
+        if setup:
+            setup()
+        code, output = run(command.format(tmp=tmp), ROOT, env)
+        out.append((fault, display or command.format(tmp="D"), seen(code, output, show), kept()))
+
+    def nothing_written(folder: Path):
+        return lambda: (
+            "nothing written" if not folder.exists() else f"written: {sorted(p.name for p in folder.iterdir())}"
+        )
+
+    # ---- training: faults that would lose a run ---------------------------------------------
+    add(
+        "loss finite, gradient norm NaN (lr 1e4)",
+        f"{TRAIN} --job.dump_folder {{tmp}}/nan --optimizer.lr 1e4 --checkpoint.interval 1 --debug.seed 7 --training.steps 10 --validation.freq 100",
+        lambda: finite_steps(tmp / "nan" / "checkpoint"),
+    )
+    holder = {}
+    add(
+        "a second run into the same --job.dump_folder",
+        f"{TRAIN} --job.dump_folder {{tmp}}/busy {SMALL}",
+        lambda: (
+            f"the first run's folder untouched: {sorted(p.name for p in (tmp / 'busy').iterdir())}"
+            + (holder.pop("lock").close() or "")
+        ),
+        setup=lambda: holder.update(
+            lock=__import__("aogpt_plugin.train", fromlist=["x"]).hold_dump_folder(str(tmp / "busy"))
+        ),
+    )
+    add(
+        "resume a 1-process checkpoint with 2 processes",
+        f"{TRAIN} --job.dump_folder {{tmp}}/dp {SMALL} --checkpoint.interval 2 > /dev/null 2>&1 && "
+        f"torchrun --nproc_per_node=2 -m aogpt_plugin.train --job.config_file train_configs/aogpt_debug.toml "
+        f"--job.dump_folder {{tmp}}/dp {SMALL} --training.steps 6 --checkpoint.interval 2",
+        lambda: finite_steps(tmp / "dp" / "checkpoint"),
+    )
+
+    def nan_checkpoint():
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
+
+        run(f"{TRAIN} --job.dump_folder {tmp}/nanload {SMALL} --training.steps 2 --checkpoint.interval 2", ROOT)
+        step_dir = tmp / "nanload" / "checkpoint" / "step-2"
+        state = _load_state_dict_from_keys(checkpoint_id=str(step_dir))
+        state["layers.0.attention.wo.weight"][0, 0] = float("nan")
+        shutil.rmtree(step_dir)
+        dcp.save(state, checkpoint_id=str(step_dir), no_dist=True)
+
+    add(
+        "resume from a checkpoint holding a NaN weight",
+        f"{TRAIN} --job.dump_folder {{tmp}}/nanload {SMALL}",
+        lambda: "the checkpoint is left as it was; nothing is trained or saved",
+        setup=nan_checkpoint,
+        display=f"(a step-2 checkpoint with one NaN weight) {TRAIN} --job.dump_folder D {SMALL}",
+    )
+
+    def killed_save():
+        run(f"{TRAIN} --job.dump_folder {tmp}/killed {SMALL} --checkpoint.interval 2", ROOT)
+        (tmp / "killed" / "checkpoint" / "step-4" / ".metadata").unlink()  # what a save killed mid-way leaves
+
+    add(
+        "a checkpoint save killed before it finished (step-4 has no .metadata)",
+        f"{TRAIN} --job.dump_folder {{tmp}}/killed {SMALL} --training.steps 6 --checkpoint.interval 2",
+        lambda: finite_steps(tmp / "killed" / "checkpoint"),
+        setup=killed_save,
+        show="Loading the checkpoint from",
+    )
+
+    # ---- training: bad input, caught before any process group -------------------------------
+    bad_toml = tmp / "bad.toml"
+    bad_toml.write_text(
+        (ROOT / "train_configs" / "aogpt_debug.toml").read_text().replace("p_l2r = 0.1 ", 'p_l2r = "abc" ')
+    )
+    add(
+        'TOML value of the wrong type (`p_l2r = "abc"`)',
+        f"{TRAIN.replace('train_configs/aogpt_debug.toml', '{tmp}/bad.toml')} --job.dump_folder {{tmp}}/x",
+    )
+    for override in (
+        "--parallelism.tensor_parallel_degree 2",
+        "--training.local_batch_size 0",
+        "--optimizer.lr -1",
+        "--optimizer.name SGD",
+        "--model.converters float8",
+        "--checkpoint.interval 0",
+        "--training.seq_len 0",
+        "--aogpt.p_l2r abc",
+    ):
+        add(f"`{override}`", f"{TRAIN} --job.dump_folder {{tmp}}/x {override}", nothing_written(tmp / "x"))
+    data = tmp / "data"
+    data.mkdir()
+    (data / "empty.jsonl").write_bytes(b"")
+    (data / "notext.jsonl").write_text('{"title": "no text field"}\n')
+    (data / "notjson.jsonl").write_text("plain words, not JSON\n")
+    (data / "binary.txt").write_bytes(bytes(range(256)) * 16)
+    for name, fault in (
+        ("empty.jsonl", "empty training file"),
+        ("notext.jsonl", "jsonl records without `text`"),
+        ("notjson.jsonl", "non-JSON lines in a .jsonl file"),
+        ("binary.txt", "binary (non-UTF-8) training file"),
+    ):
+        add(
+            fault,
+            f"{TRAIN} --job.dump_folder {{tmp}}/x --training.dataset_path {{tmp}}/data/{name}",
+            lambda: "nothing written",
+        )
+
+    # ---- convert, sample, eval ---------------------------------------------------------------
+    run(f"{TRAIN} --job.dump_folder {tmp}/conv {SMALL} --training.steps 2 --checkpoint.interval 2", ROOT)
+    (tmp / ".aogpt-convert-999999999-left").mkdir()
+    add(
+        "a convert killed mid-way left `.aogpt-convert-*` behind",
+        "aogpt convert {tmp}/conv/checkpoint {tmp}/out2",
+        lambda: f"stale temporary removed by the next run: {not (tmp / '.aogpt-convert-999999999-left').exists()}",
+        show="converted step",
+    )
+    (tmp / "afile").write_text("x")
+    add("convert into OUT_DIR whose parent is a file", "aogpt convert {tmp}/conv/checkpoint {tmp}/afile/model")
+
+    def garbage_distcp():
+        for f in (tmp / "conv" / "checkpoint" / "step-2").glob("*.distcp"):
+            f.write_bytes(bytes(range(256)) * (f.stat().st_size // 256 + 1))
+
+    add(
+        "convert a checkpoint whose .distcp bytes are garbage",
+        "aogpt convert {tmp}/conv/checkpoint {tmp}/conv_out",
+        lambda: f"no output folder: {not (tmp / 'conv_out').exists()}",
+        setup=garbage_distcp,
+    )
+    tiny_model_dir(tmp / "model")
+    tiny_model_dir(tmp / "exploded", scale=3e4)
+    (tmp / "latin1.txt").write_bytes("caf\xe9 cr\xe8me br\xfbl\xe9e\n".encode("latin-1"))
+    add(
+        "`eval ppl --dataset` a non-UTF-8 file",
+        "aogpt eval ppl --model {tmp}/model --dataset {tmp}/latin1.txt --order l2r",
+    )
+    add("`genppl --samples` a non-UTF-8 file", "aogpt eval genppl --samples {tmp}/latin1.txt --scorer {tmp}/model")
+    (tmp / "latin1.json").write_bytes(b'{"spans": [{"start": 0, "text": "caf\xe9"}]}')
+    add(
+        "`sample --infill @FILE`, non-UTF-8 file",
+        "aogpt sample --model {tmp}/model --length 8 --infill @{tmp}/latin1.json",
+    )
+    (tmp / "noargs").mkdir()
+    (tmp / "noargs" / "config.json").write_text(json.dumps({"format": "aogpt-converted", "tokenizer": "gpt2"}))
+    add("config.json without `model_args`", "aogpt eval ppl --model {tmp}/noargs --dataset ptb --order l2r")
+    add("`--model` names a file", "aogpt sample --model {tmp}/afile")
+    add(
+        "`--save-samples` into a folder that does not exist",
+        "aogpt eval genppl --model {tmp}/model --scorer {tmp}/model --num-samples 64 --save-samples {tmp}/no/dir/s.json",
+        lambda: "refused before sampling",
+    )
+    add(
+        "`aogpt sample | head -1` (reader leaves early)",
+        "aogpt sample --model {tmp}/model --num-samples 50 --length 32 --no-progress | head -1 > /dev/null; exit ${{PIPESTATUS[0]}}",
+    )
+    add(
+        "stdout that cannot encode the text (`PYTHONIOENCODING=ascii`)",
+        "aogpt sample --model {tmp}/model --num-samples 2 --length 32 --no-progress > /dev/null",
+        env={"PYTHONIOENCODING": "ascii"},
+    )
+    add(
+        "perplexity beyond a float (NLL > 709)",
+        "aogpt eval ppl --model {tmp}/exploded --dataset ptb --order l2r --max-chunks 1 --seq-len 32",
+        lambda: 'with `--json`: `"ppl": null` and the finite `nll`',
+        show="M=1",
+    )
+    return out
+
+
+def table(rows_: list[tuple[str, str, str, str]]) -> str:
+    head = "| fault | command that injects it | what the user sees | what is kept |\n|---|---|---|---|\n"
+    cell = lambda s: s.replace("|", "\\|").replace("\n", " ")  # noqa: E731
+    return head + "".join(f"| {cell(a)} | `{cell(b)}` | {cell(c)} | {cell(d)} |\n" for a, b, c, d in rows_)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--write", action="store_true", help=f"replace the table in {DOCS.relative_to(ROOT)}")
+    args = p.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="aogpt-faults-"))
+    try:
+        text = table(rows(tmp)).replace(str(tmp), "D")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(text)
+    if args.write:
+        doc = DOCS.read_text()
+        start, end = doc.index(START) + len(START), doc.index(END)
+        DOCS.write_text(doc[:start] + "\n" + text + doc[end:])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

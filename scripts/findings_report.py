@@ -1,0 +1,347 @@
+"""docs/findings.md and its plots, from the study's results (scripts/reproduce_findings.py).
+
+Every verdict is computed here by aogpt_plugin/eval/verdicts.py: a run is summarised by the mean of
+its per-window (text), per-sequence (synthetic), per-chunk or per-sample values and their standard
+error; seeds of a variant are combined by that module's rule, and a claim is reproduced only beyond
+2 standard errors.
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+import platform
+import statistics
+import time
+from pathlib import Path
+
+from reproduce_findings import BATCH, SAMPLING, SEQ_LEN, SYNTHETIC, TRACK, VARIANTS, VOCAB, runs
+
+from aogpt_plugin.eval.verdicts import Measurement, difference, measure, verdict_text
+
+
+def mean_se(values: list[float]) -> tuple[float, float]:
+    n = len(values)
+    return statistics.fmean(values), (statistics.stdev(values) / math.sqrt(n) if n > 1 else 0.0)
+
+
+class Results:
+    """Per-run evaluation arrays, summarised into Measurements per variant."""
+
+    def __init__(self, results: dict, variants):
+        self.runs = results["runs"]
+        self.variants = [v for v in variants if any(r.startswith(v + "_s") for r in self.runs)]
+
+    def run_names(self, variant: str) -> list[str]:
+        return [r for r, v, _ in runs([variant]) if r in self.runs]
+
+    def values(self, run: str, key: str, weights: str = "ema") -> list[float]:
+        w = self.runs[run][f"windows_{weights}"]
+        if key == "gain":
+            return [a - b for a, b in zip(w["wrong"], w["own"], strict=True)]
+        return w[key]
+
+    def variant(self, variant: str, key: str, weights: str = "ema", minus_optimum: bool = False) -> Measurement:
+        means, ses = [], []
+        for run in self.run_names(variant):
+            m, se = mean_se(self.values(run, key, weights))
+            if minus_optimum:
+                m -= self.runs[run]["optimum"]
+            means.append(m)
+            ses.append(se)
+        return measure(means, ses)
+
+    def paired_ema_minus_raw(self, variant: str, key: str) -> Measurement:
+        means, ses = [], []
+        for run in self.run_names(variant):
+            d = [e - r for e, r in zip(self.values(run, key, "ema"), self.values(run, key, "raw"), strict=True)]
+            m, se = mean_se(d)
+            means.append(m)
+            ses.append(se)
+        return measure(means, ses)
+
+    def has(self, *variants: str) -> bool:
+        return all(v in self.variants for v in variants)
+
+
+# ---- plots -----------------------------------------------------------------------------------------
+def read_scalars(run_dir: Path) -> dict[str, dict[int, float]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    series: dict[str, dict[int, float]] = {}
+    for events in sorted(glob.glob(str(run_dir / "tb" / "*"))):
+        acc = EventAccumulator(events, size_guidance={"scalars": 0})
+        acc.Reload()
+        for tag in acc.Tags()["scalars"]:
+            series.setdefault(tag, {}).update({e.step: e.value for e in acc.Scalars(tag)})
+    return series
+
+
+def plot(path: Path, curves: list[tuple[dict, str]], title: str, ylabel: str, hline: float | None = None) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    for series, label in curves:
+        if series:
+            steps = sorted(series)
+            ax.plot([s * BATCH * SEQ_LEN / 1e6 for s in steps], [series[s] for s in steps], label=label)
+    if hline is not None:
+        ax.axhline(hline, color="black", linestyle=":", label="exact optimum")
+    ax.set_xlabel("training tokens (millions)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return f"![]({path.parent.name}/{path.name})"
+
+
+# ---- the report ------------------------------------------------------------------------------------
+def write_report(out: Path, docs: Path, results: dict, meta: dict) -> None:
+    R = Results(results, meta["variants"])
+    figs = docs.parent / "findings"
+    scalars = {run: read_scalars(out / run) for run in R.runs}
+
+    def curve(variant: str, tag: str, seed: int = 0) -> dict:
+        return scalars.get(f"{variant}_s{seed}", {}).get(tag, {})
+
+    L: list[str] = []
+    add = L.append
+    plan = meta["plan"]
+    add("# Reproducing the paper's findings at CPU scale\n")
+    add(
+        "Every number, verdict and plot below was produced by one run of\n\n```\npython scripts/reproduce_findings.py\n```\n\n"
+        f"on {platform.machine()} CPU, 2 cores, finished {time.strftime('%Y-%m-%d')}: "
+        f"{meta['wall_total'] / 60:.0f} min wall clock in all, {meta['wall_train'] / 60:.0f} min of it training "
+        "(two single-thread runs side by side). Re-running the command reuses the cached runs under `outputs/study`"
+        " and rewrites this file from them. These are tiny models trained for minutes: the verdicts say what holds "
+        "*at this scale*, each with its standard error, and nothing more.\n"
+    )
+    if meta["smoke"]:
+        add(
+            "\n**Smoke run** (`python scripts/reproduce_findings.py --smoke`): a few steps per variant, to check the pipeline; the numbers mean nothing.\n\n"
+        )
+    add(
+        "**Verdict rule** (`aogpt_plugin/eval/verdicts.py`, applied by code): a run is summarised by the mean over "
+        "held-out windows (or samples, chunks) and its standard error; the seeds of a variant are combined as "
+        "se^2 = max(var over seeds / R, mean eval se^2 / R); a claimed difference is **reproduced** only if it "
+        "exceeds 2 standard errors in the claimed direction, **contradicted** if it does the other way, else "
+        "**inconclusive**.\n"
+    )
+    add("\n## Setup\n")
+    add("| | text track | synthetic track |\n|---|---|---|\n")
+    t, s = TRACK["text"], TRACK["synthetic"]
+    add(
+        f"| data | `train_corpus/enwiki2015_train_*.jsonl` (validation and evaluation: `enwiki2015_heldout.jsonl`) "
+        f"| `{SYNTHETIC}` (exact entropy) |\n"
+        f"| tokenizer | byte-level BPE, {VOCAB} tokens, trained on 5 MB of the training shards | {32} symbols |\n"
+        f"| model | `{t['flavor']}` (4 layers, 128 wide, 4 heads) | `{s['flavor']}` (2 layers, 64 wide, 4 heads) |\n"
+        f"| tokens per step | {BATCH} x {SEQ_LEN} | {BATCH} x {SEQ_LEN} |\n"
+        f"| steps | {t['steps']} | {s['steps']} |\n"
+        f"| learning rate | AdamW {t['lr']:g}, {t['warmup']} warm-up steps, constant, linear decay to 10% over the last "
+        f"{round(100 * t['decay_ratio'])}% (warmup-stable-decay) | same, {s['steps']} steps |\n"
+        f"| EMA | decay {t['ema']} (about {round(1 / (1 - t['ema']))} steps) | {s['ema']} |\n"
+    )
+    add(
+        "\nRecipes: `train_configs/study/*.toml`; seeds (init and order streams) are `--debug.seed K --aogpt.order_seed K`.\n"
+    )
+    add(
+        "\n| variant | track | conditioning | order | seeds | training seconds (per seed) |\n|---|---|---|---|---|---|\n"
+    )
+    for v in R.variants:
+        track, cond, order, seeds, what = VARIANTS[v]
+        secs = ", ".join(f"{meta['train_seconds'].get(r, 0):.0f}" for r in R.run_names(v))
+        add(f"| {v} ({what}) | {track} | {cond} | {order} | {len(R.run_names(v))} | {secs} |\n")
+
+    # ---- the plateau --------------------------------------------------------------------------------
+    add("\n## Does each model use its context? (the plateau and its exit)\n")
+    text_variants = [v for v in R.variants if VARIANTS[v][0] == "text"]
+    add(
+        plot(
+            figs / "context_gain.png",
+            [(curve(v, "validation_metrics/context_gain_ema"), v) for v in text_variants],
+            "context gain on held-out windows (EMA weights)",
+            "gain (nats/token)",
+        )
+        + "\n\n"
+    )
+    add(
+        "Context gain: the held-out NLL of the same targets when every slot reads the tokens of another window, "
+        "minus the NLL in the variant's own order (EMA weights, "
+        f"{plan['heldout_windows']} windows of {SEQ_LEN} tokens). A model that knows only token frequencies and "
+        "positions gains 0: that is the plateau every any-order variant sits on first. Goal: >= 0.3 nats for every "
+        "any-order variant.\n\n| variant | own-order NLL | gain (nats) |\n|---|---|---|\n"
+    )
+    for v in text_variants:
+        add(f"| {v} | {R.variant(v, 'own')} | {R.variant(v, 'gain')} |\n")
+
+    # ---- synthetic ----------------------------------------------------------------------------------
+    syn = [v for v in R.variants if VARIANTS[v][0] == "synthetic"]
+    if syn:
+        first = R.run_names(syn[0])[0]
+        opt, uni = R.runs[first]["optimum"], R.runs[first]["unigram_entropy"]
+        add("\n## Synthetic track: the gap to the exact optimum\n")
+        add(
+            f"The source's optimum is H(X_1..X_{SEQ_LEN})/{SEQ_LEN} = {opt:.4f} nats per token in every order "
+            f"(a model ignoring context gets at best the unigram entropy, {uni:.4f}). Gaps on "
+            f"{plan['synthetic_sequences']} fresh sequences, EMA weights (0 = perfect):\n\n"
+            "| variant | runs | L2R NLL - optimum | any-order NLL - optimum | own order - optimum |\n|---|---|---|---|---|\n"
+        )
+        for v in syn:
+            lr = R.variant(v, "l2r", minus_optimum=True)
+            ao = R.variant(v, "random", minus_optimum=True)
+            own = R.variant(v, "own", minus_optimum=True)
+            ao_cell = "–" if VARIANTS[v][1] == "none" else str(ao)
+            add(f"| {v} | {lr.runs} | {lr} | {ao_cell} | {own} |\n")
+        add(
+            "\n"
+            + plot(
+                figs / "synthetic.png",
+                [
+                    (curve(v, "validation_metrics/loss_ao_ema"), f"{v}: any order")
+                    for v in syn
+                    if VARIANTS[v][1] != "none"
+                ]
+                + [(curve(v, "validation_metrics/loss_l2r_ema"), f"{v}: L2R") for v in syn],
+                "synthetic track: validation NLL (EMA)",
+                "NLL (nats/token)",
+                hline=opt,
+            )
+            + "\n"
+        )
+
+    # ---- findings -----------------------------------------------------------------------------------
+    def finding(title: str, claim: str, rows: list[tuple[str, str, str, str, str]]):
+        """rows: (label, variant a, variant b, measured key, claimed sign of a - b); absent variants skipped."""
+        rows = [r for r in rows if R.has(r[1], r[2])]
+        if not rows:
+            return
+        add(f"\n## {title}\n{claim}\n\n| comparison | difference ± SE | verdict |\n|---|---|---|\n")
+        for label, a, b, key, expect in rows:
+            d = difference(R.variant(a, key), R.variant(b, key))
+            add(f"| {label} | {d} | {verdict_text(d, expect)} |\n")
+
+    if R.has("ao_random") and (R.has("ar") or R.has("ar_adaln")):
+        add(
+            "\n"
+            + plot(
+                figs / "f1_ar_vs_ao.png",
+                [(curve(v, "validation_metrics/loss_l2r_ema"), f"{v}: L2R") for v in ("ar", "ar_adaln", "ao_random")]
+                + [(curve("ao_random", "validation_metrics/loss_ao_ema"), "ao_random: any order")],
+                "Finding 1: left-to-right held-out NLL (EMA)",
+                "NLL (nats/token)",
+            )
+        )
+    finding(
+        "Finding 1 — any-order training learns left to right slower than AR training, at equal tokens",
+        "L2R held-out NLL (EMA); negative = the AR model is better.",
+        [
+            ("ar_adaln - ao_random (same architecture)", "ar_adaln", "ao_random", "l2r", "negative"),
+            ("ar (plain GPT) - ao_random", "ar", "ao_random", "l2r", "negative"),
+        ],
+    )
+    finding(
+        "Finding 2 — a fixed random order is harder than left to right; block-wise order sits in between",
+        "Held-out NLL in each model's own (fixed) order; negative = the first is better.",
+        [
+            ("ar_adaln (L2R) - blockwise4", "ar_adaln", "blockwise4", "own", "negative"),
+            ("blockwise4 - fixed_random", "blockwise4", "fixed_random", "own", "negative"),
+        ],
+    )
+    finding(
+        "Findings 3.1 / 3.2 — 10% left-to-right orders help both left-to-right and any-order NLL",
+        "Held-out NLL (EMA) of the mixture minus uniformly random orders; negative = the mixture helps.",
+        [
+            ("3.1 L2R: ao_mix10 - ao_random", "ao_mix10", "ao_random", "l2r", "negative"),
+            ("3.2 any order: ao_mix10 - ao_random", "ao_mix10", "ao_random", "random", "negative"),
+        ],
+    )
+    finding(
+        "Appendix B.3.1 — adaLN target conditioning beats sigma-GPT's input concatenation",
+        "Any-order held-out NLL (EMA); negative = adaLN is better.",
+        [("ao_random - sigma_concat", "ao_random", "sigma_concat", "random", "negative")],
+    )
+    ao_variants = [v for v in R.variants if VARIANTS[v][2] != "l2r" and VARIANTS[v][0] == "text"]
+    if ao_variants:
+        add(
+            "\n## Appendix B.3.2 — EMA of the weights lowers the NLL\n"
+            f"Any-order held-out NLL of EMA minus raw weights, paired per window (EMA decay {TRACK['text']['ema']});"
+            " negative = EMA helps.\n\n| comparison | difference ± SE | verdict |\n|---|---|---|\n"
+        )
+        for v in ao_variants:
+            d = R.paired_ema_minus_raw(v, "random")
+            add(f"| {v}: EMA - raw | {d} | {verdict_text(d, 'negative')} |\n")
+
+    # ---- zero-shot ----------------------------------------------------------------------------------
+    zs = results.get("zero_shot", {})
+    if zs:
+        datasets = plan["datasets"]
+        add(
+            "\n## Zero-shot perplexity (EMA weights, study tokenizer)\n"
+            f"`aogpt eval ppl --model <run>/model_ema --dataset D --order O --seq-len {SEQ_LEN} --max-chunks "
+            f"{plan['zero_shot_chunks']} --seed 0`: perplexity per token of the study tokenizer and bits per byte "
+            "(comparable across tokenizers), on the first chunks of the test files.\n\n| run | "
+            + " | ".join(f"{d} L2R | {d} AO" for d in datasets)
+            + " |\n|---|"
+            + "---|" * (2 * len(datasets))
+            + "\n"
+        )
+        for run, rows in zs.items():
+            cells = []
+            for d in datasets:
+                for o in ("l2r", "random"):
+                    r = rows.get(f"{d}_{o}")
+                    cells.append("–" if r is None else f"{r['ppl']:.1f} ({r['bits_per_byte']:.3f} b/B)")
+            add(f"| {run} | " + " | ".join(cells) + " |\n")
+
+    # ---- Finding 6 ----------------------------------------------------------------------------------
+    ens = results.get("ensemble")
+    if ens:
+        sizes, per_chunk = ens["sizes"], ens["per_chunk"]
+        add(
+            f"\n## Finding 6 — context-order ensembles lower the any-order NLL (model: {results['best_ao']}, EMA)\n"
+            f"WikiText-2 test, the first {len(per_chunk)} chunks of {SEQ_LEN} tokens, one random order each "
+            f"(forward slots computed: {ens['slots']['computed']:,}; the authors' way: {ens['slots']['authors']:,}).\n\n"
+            "| M | NLL ± SE (over chunks) |\n|---|---|\n"
+        )
+        for i, m in enumerate(sizes):
+            mean, se = mean_se([c[i] for c in per_chunk])
+            add(f"| {m} | {mean:.4f} ± {se:.4f} |\n")
+        d = mean_se([c[-1] - c[0] for c in per_chunk])
+        add(f"\nM = {sizes[-1]} minus M = 1, paired per chunk: {verdict_text(Measurement(*d), 'negative')}.\n")
+
+    # ---- Table 1 ------------------------------------------------------------------------------------
+    gen = results.get("generation")
+    if gen:
+        add(
+            f"\n## Table 1 in miniature — temperature and top-p (model: {results['best_ao']}, EMA)\n"
+            f"{plan['gen_samples']} samples of {SEQ_LEN} tokens per row (random order, linear schedule), scored by "
+            "the plain AR study model (`aogpt eval genppl --scorer ar_s0/model_ema`). Gen-PPL is the mean of "
+            "per-sample perplexities ± SE; unigram entropy (nats, of each sample's own tokens) sits beside it, "
+            "because a lower gen-PPL bought with repetitive text is no gain.\n\n"
+            "| top-p | temperature | T | gen-PPL | unigram entropy |\n|---|---|---|---|---|\n"
+        )
+        stats = {}
+        for top_p, temperature in SAMPLING:
+            for steps in plan["gen_steps"]:
+                r = gen[f"genppl_p{top_p}_t{temperature}_T{steps}"]
+                ppl = Measurement(*mean_se(r["sample_ppls"]))
+                ent_se = (r["unigram_entropy_std"] or 0.0) / math.sqrt(r["samples"])
+                stats[(top_p, temperature, steps)] = ppl
+                add(f"| {top_p} | {temperature} | {steps} | {ppl} | {r['unigram_entropy_mean']:.3f} ± {ent_se:.3f} |\n")
+        add("\nClaim (Table 1's annealing trend): lower temperature and top-p give lower gen-PPL at every T.\n\n")
+        for steps in plan["gen_steps"]:
+            d = difference(stats[(0.95, 0.7, steps)], stats[(1.0, 1.0, steps)])
+            add(f"- T = {steps}: top-p 0.95 / temperature 0.7 minus 1.0 / 1.0: {verdict_text(d, 'negative')}\n")
+
+    add("\n## Commands of the training runs\n\n")
+    for run, cmd in sorted(meta["commands"].items()):
+        add(f"- `{run}`: `{cmd}`\n")
+    docs.parent.mkdir(parents=True, exist_ok=True)
+    docs.write_text("".join(L))
