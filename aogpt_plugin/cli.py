@@ -1,7 +1,8 @@
-"""The `aogpt` command: convert, tokenizer, sample, eval, bench.
+"""The `aogpt` command: convert, tokenizer, sample, eval, bench, lm-eval.
 
-Each sub-command lives next to the code it drives and adds itself with `add_to(subparsers)`.
-Bad input prints one `error:` line and exits with status 2, without a traceback.
+Each sub-command lives next to the code it drives and adds itself with `add_to(subparsers)`; only
+the module of the command being run is imported, so `aogpt` and `aogpt --help` list the commands
+without importing torch. Bad input prints one `error:` line and exits with status 2, no traceback.
 """
 
 from __future__ import annotations
@@ -13,13 +14,15 @@ import sys
 
 from .errors import UserError
 
-COMMAND_MODULES = (
-    "aogpt_plugin.convert",
-    "aogpt_plugin.data.tokenizer",
-    "aogpt_plugin.sampler.cli",
-    "aogpt_plugin.eval.cli",
-    "aogpt_plugin.bench",
-)
+COMMANDS = {  # name: (module whose add_to defines it, one-line help for the command list)
+    "convert": ("aogpt_plugin.convert", "torchtitan DCP checkpoint -> model folder (safetensors + config.json)"),
+    "tokenizer": ("aogpt_plugin.data.tokenizer", "train a byte-level BPE tokenizer.json on a corpus"),
+    "sample": ("aogpt_plugin.sampler.cli", "generate text from a converted model (any order, KV cache)"),
+    "eval": ("aogpt_plugin.eval.cli", "zero-shot perplexity, generation perplexity, benchmark counts"),
+    "bench": ("aogpt_plugin.bench", "measure training step time (AO vs AR) or sampler speed"),
+    "lm-eval": ("aogpt_plugin.eval.lm_eval_cli", "lm-evaluation-harness with the `aogpt` model registered"),
+}
+COMMAND_MODULES = tuple(module for module, _ in COMMANDS.values())
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -29,22 +32,33 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"error: {self.prog}: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; `command` (or None: all of them) gets its full sub-parser, the rest a stub that
+    only names it (enough for the command list)."""
     parser = OneLineParser(prog="aogpt", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).add_to(sub)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser, metavar="COMMAND")
+    for name, (module, help_text) in COMMANDS.items():
+        if command is None or name == command:
+            importlib.import_module(module).add_to(sub)
+        else:
+            sub.add_parser(name, help=help_text)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv:  # the command list, not a usage error
+        build_parser("").print_help()
+        return 0
+    command = argv[0] if argv[0] in COMMANDS else ""
     # text a terminal's encoding cannot show is escaped, not a crash after the work is done
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
     try:
+        if command == "lm-eval":  # lm_eval parses its own arguments
+            return int(importlib.import_module(COMMANDS[command][0]).run(argv[1:]) or 0)
+        args = build_parser(command).parse_args(argv)
         return int(args.run(args) or 0)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)

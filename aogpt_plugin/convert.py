@@ -12,13 +12,16 @@ from __future__ import annotations
 import json
 import os
 import warnings
-
-import torch
+from typing import TYPE_CHECKING
 
 from .checkpoints import read_metadata, resolve_step_dir
 from .errors import UserError
 from .model import AOGPTModelArgs
-from .model_dir import ModelDirConfig, check_finite, check_out_dir, save_model_dir
+
+if TYPE_CHECKING:  # torch and the model folder load only when a conversion runs (fast --help)
+    import torch
+
+    from .model_dir import ModelDirConfig
 
 WEIGHTS = ("ema", "raw")
 
@@ -58,9 +61,12 @@ def infer_model_args(shapes: dict[str, torch.Size], vocab_size: int) -> AOGPTMod
 
 def read_checkpoint_weights(step_dir: str, weights: str) -> tuple[dict[str, torch.Tensor], dict]:
     """The chosen weights (raw or EMA) under model parameter names, plus a little metadata."""
+    import torch
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    from .model_dir import check_finite
 
     if weights not in WEIGHTS:
         raise UserError(f"--weights {weights!r} is not allowed; allowed: {', '.join(WEIGHTS)}")
@@ -120,6 +126,7 @@ def convert(
 ) -> ModelDirConfig:
     """Write OUT_DIR/model.safetensors and OUT_DIR/config.json; returns the config written."""
     from .data.tokenizer import load_tokenizer
+    from .model_dir import ModelDirConfig, check_out_dir, save_model_dir
 
     if os.path.exists(out_dir) and not force:
         raise UserError(f"output directory {out_dir!r} already exists; pass --force to replace it")

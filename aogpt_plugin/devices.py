@@ -2,7 +2,8 @@
 
 `aogpt sample`, `aogpt eval ppl` and `aogpt eval genppl` take the same `--device/--dtype/--json/
 --no-progress` flags (`add_runtime_args`); the benchmarks resolve devices and name the hardware
-with the same functions, so a row says exactly what it ran on.
+with the same functions, so a row says exactly what it ran on. torch is imported only by the
+functions that need it, so `aogpt COMMAND --help` answers without loading it.
 """
 
 from __future__ import annotations
@@ -11,16 +12,21 @@ import json
 import math
 import platform
 import sys
-
-import torch
+from typing import TYPE_CHECKING
 
 from .errors import UserError
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+if TYPE_CHECKING:
+    import torch
+
+DTYPES = ("float32", "bfloat16", "float16")  # names of torch dtypes
+LINEAR_KERNELS = ("auto", "aten", "onednn")  # how the sampler runs its Linears (sampler/decode_view.py)
 
 
 def resolve_device(name: str | None = "auto") -> torch.device:
     """'auto' (or None) -> cuda if available else cpu; a named device must exist."""
+    import torch
+
     if name is None or name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -35,13 +41,17 @@ def resolve_device(name: str | None = "auto") -> torch.device:
 
 
 def resolve_dtype(name: str) -> torch.dtype:
+    import torch
+
     if name not in DTYPES:
         raise UserError(f"dtype={name!r} is not supported; allowed: {', '.join(DTYPES)}")
-    return DTYPES[name]
+    return getattr(torch, name)
 
 
 def device_name(device: torch.device) -> str:
     """What a benchmark row should say about the hardware."""
+    import torch
+
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     cpu = platform.processor() or platform.machine()
@@ -55,6 +65,8 @@ def device_name(device: torch.device) -> str:
 
 def synchronize(device: torch.device) -> None:
     """Wait for queued kernels, so wall-clock timings cover the work."""
+    import torch
+
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 

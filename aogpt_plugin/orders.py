@@ -14,11 +14,13 @@ would, given the index it saved, and ranks never share a stream.
 from __future__ import annotations
 
 import warnings
-
-import torch
+from typing import TYPE_CHECKING
 
 from .errors import ConfigError
 from .seeding import stream_generator
+
+if TYPE_CHECKING:
+    import torch
 
 RANDOM, L2R = "random", "l2r"
 READ_ORDERS = (RANDOM, L2R)  # what `aogpt eval ppl --order` and `aogpt sample --order` accept
@@ -48,6 +50,8 @@ def parse_order_kind(spec: str, key: str = "aogpt.order") -> tuple[str, int]:
 def blockwise_order(n: int, block: int, g: torch.Generator) -> torch.Tensor:
     """One fixed permutation of `block` slots applied inside every block, blocks left to right.
     A short last block keeps the relative order of the permutation's entries that fit."""
+    import torch
+
     pi = torch.randperm(block, generator=g)
     parts = []
     for start in range(0, n, block):
@@ -60,6 +64,8 @@ class OrderSampler:
     """Draws sigma for sequence number `index` of stream `stream` (the data-parallel rank)."""
 
     def __init__(self, spec: str, seq_len: int, p_l2r: float = 0.1, seed: int = 0):
+        import torch
+
         self.kind, self.block = parse_order_kind(spec)
         if not 0.0 <= p_l2r <= 1.0:
             raise ConfigError(f"aogpt.p_l2r={p_l2r} is outside the allowed range [0, 1]")
@@ -71,6 +77,8 @@ class OrderSampler:
             self._fixed = blockwise_order(seq_len, self.block, stream_generator("train_blockwise_order", seed))
 
     def sample(self, stream: int, index: int) -> torch.Tensor:
+        import torch
+
         n = self.seq_len
         if self._fixed is not None:
             return self._fixed.clone()

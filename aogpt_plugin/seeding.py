@@ -10,8 +10,10 @@ mixed in with the parts; the table records where each tag goes, so existing seed
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 _MASK64 = (1 << 64) - 1
 
@@ -66,4 +68,6 @@ def stream_seed(name: str, *parts: int) -> int:
 
 def stream_generator(name: str, *parts: int, device: torch.device | str = "cpu") -> torch.Generator:
     """A generator for stream `name` (a key of STREAMS) seeded from `parts`."""
+    import torch  # here, not at the top: `aogpt --help` and the CLI's argument parsing load no torch
+
     return torch.Generator(device=device).manual_seed(stream_seed(name, *parts))

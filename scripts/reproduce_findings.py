@@ -6,7 +6,7 @@
 
 Two tracks, each through the real stack (`python -m aogpt_plugin.train`, `aogpt convert`, `aogpt eval`):
   text       Wikipedia (`train_corpus`, never the held-out or evaluation files), a 1024-token byte-level
-             BPE trained here (`aogpt tokenizer train`), windows of 32 tokens, batch 64
+             BPE trained here (`aogpt tokenizer train`), windows of 16 tokens, batch 128
   synthetic  a sparse Markov source whose exact optimum NLL is known (aogpt_plugin/data/synthetic.py),
              so each variant's gap to the best possible model is measured, not guessed
 Variants whose effects are small run with two seeds. Stages, each cached under --out so that a second
@@ -21,6 +21,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -51,23 +52,22 @@ VARIANTS = {
     "fixed_random": ("text", "adaln", "fixed_random", (0,), "one fixed random order"),
     "blockwise4": ("text", "adaln", "blockwise:4", (0,), "blocks of 4 left to right, a fixed order inside"),
     "syn_ar": ("synthetic", "none", "l2r", (0,), "plain GPT"),
-    "syn_ar_adaln": ("synthetic", "adaln", "l2r", (0,), "AR with adaLN"),
     "syn_ao_random": ("synthetic", "adaln", "random", (0, 1), "AO-GPT, random orders"),
-    "syn_ao_mix10": ("synthetic", "adaln", "mixture", (0,), "AO-GPT, 10% left to right"),
     "syn_sigma_concat": ("synthetic", "concat", "random", (0,), "sigma-GPT"),
 }
 TRACK = {  # what the recipes of a track share
-    "text": dict(flavor="tiny", steps=2500, lr=3e-3, warmup=50, decay_ratio=0.2, ema=0.998, val_freq=250, interval=500),
-    "synthetic": dict(flavor="debugmodel", steps=1500, lr=3e-3, warmup=50, decay_ratio=0.2, ema=0.998, val_freq=250, interval=500),
+    "text": dict(flavor="tiny", steps=1750, lr=3e-3, warmup=50, decay_ratio=0.2, ema=0.998, val_freq=250, interval=500),
+    "synthetic": dict(flavor="tiny", steps=1200, lr=3e-3, warmup=50, decay_ratio=0.2, ema=0.998, val_freq=250, interval=500),
 }  # fmt: skip
-SEQ_LEN, BATCH, VOCAB = 32, 64, 1024
+SEQ_LEN, BATCH, VOCAB = 16, 128, 1024
 FULL = dict(
     heldout_windows=512, synthetic_sequences=2000, zero_shot_chunks=64, ensemble_chunks=32, ensemble_members=8,
-    gen_samples=64, gen_steps=(4, 16, 32), datasets=("wikitext2", "ptb", "lambada"), workers=2, overrides=[],
+    gen_samples=64, gen_steps=(4, 8, 16), datasets=("wikitext2", "ptb", "lambada"), workers=2, overrides=[],
+    throughput_steps=80,
 )  # fmt: skip
 SMOKE = dict(
     heldout_windows=16, synthetic_sequences=32, zero_shot_chunks=2, ensemble_chunks=1, ensemble_members=2,
-    gen_samples=4, gen_steps=(4,), datasets=("ptb",), workers=2,
+    gen_samples=4, gen_steps=(4,), datasets=("ptb",), workers=2, throughput_steps=4,
     overrides=["--training.steps", "4", "--validation.freq", "2", "--checkpoint.interval", "4",
                "--validation.steps", "1", "--metrics.log_freq", "1", "--lr_scheduler.warmup_steps", "1"],
     variants=("ar", "ao_random", "sigma_concat", "syn_ar", "syn_ao_random"),
@@ -246,11 +246,43 @@ def train_run(run: str, variant: str, seed: int, out: Path, plan: dict, tokenize
     return done
 
 
-def train_all(out: Path, plan: dict, variants, tokenizer: Path) -> dict:
-    """Two single-thread runs side by side (measured faster on 2 cores than one 2-thread run, see
-    docs/findings.md), longest first."""
+def measure_throughput(out: Path, plan: dict, tokenizer: Path) -> dict:
+    """Tokens/s of two single-thread trainings side by side vs one two-thread training (ao_random,
+    `throughput_steps` steps each, the trainer's own tps at the last logged step). Decides how the
+    study runs its trainings; cached in throughput.json."""
+    path = out / "throughput.json"
+    if read_json(path):
+        return read_json(path)
+    steps = plan["throughput_steps"]
+
+    def tps(name: str, threads: int) -> subprocess.Popen:
+        cmd = [sys.executable, "-m", "aogpt_plugin.train", "--job.config_file", "train_configs/study/ao_random.toml",
+               "--job.dump_folder", str(out / "throughput" / name), "--aogpt.tokenizer", str(tokenizer),
+               "--training.steps", str(steps), "--validation.freq", "100000", "--checkpoint.interval", "100000",
+               "--metrics.log_freq", str(steps // 2)]  # fmt: skip
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(ROOT)}
+        return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+
+    def last_tps(proc: subprocess.Popen) -> float:
+        text, _ = proc.communicate()
+        if proc.returncode != 0:
+            raise SystemExit(f"error: the throughput measurement failed:\n{text[-2000:]}")
+        return float(re.findall(r"tps: ([\d,]+)", re.sub(r"\x1b\[[0-9;]*m", "", text))[-1].replace(",", ""))
+
+    pair = [tps("one_thread_a", 1), tps("one_thread_b", 1)]
+    two_single = sum(last_tps(p) for p in pair)
+    one_double = last_tps(tps("two_threads", 2))
+    result = {"two_single_thread_tps": two_single, "one_two_thread_tps": one_double, "steps": steps,
+              "workers": 2 if two_single > one_double else 1}  # fmt: skip
+    write_json(path, result)
+    log(f"throughput: 2 x 1 thread {two_single:.0f} tok/s, 1 x 2 threads {one_double:.0f} tok/s")
+    return result
+
+
+def train_all(out: Path, plan: dict, variants, tokenizer: Path, workers: int) -> dict:
+    """Trainings side by side in `workers` processes (measure_throughput decides), longest first."""
     todo = sorted(runs(variants), key=lambda r: VARIANTS[r[1]][0] != "text")
-    with ThreadPoolExecutor(plan["workers"]) as pool:
+    with ThreadPoolExecutor(workers) as pool:
         done = list(pool.map(lambda r: (r[0], train_run(*r, out, plan, tokenizer)), todo))
     return dict(done)
 
@@ -470,7 +502,8 @@ def main(argv=None) -> int:
     os.environ.setdefault("AOGPT_DATA_DIR", str(ROOT.parent / "shared" / "data"))
     started = time.time()
     tokenizer = train_tokenizer(out)
-    trained = train_all(out, plan, variants, tokenizer)
+    throughput = measure_throughput(out, plan, tokenizer)
+    trained = train_all(out, plan, variants, tokenizer, throughput["workers"] if plan["workers"] > 1 else 1)
     train_seconds = time.time() - started
     results = eval_all(out, plan, variants, tokenizer)
     meta = {
@@ -481,6 +514,7 @@ def main(argv=None) -> int:
         "smoke": args.smoke,
         "plan": {k: v for k, v in plan.items() if k != "overrides"},
         "variants": list(variants),
+        "throughput": throughput,
     }
     write_json(out / "results.json", {"meta": meta, **results})
     from findings_report import write_report

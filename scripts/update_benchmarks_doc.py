@@ -1,9 +1,10 @@
-"""Add `aogpt bench sampler --json` results to the sampler table of docs/benchmarks.md.
+"""Add `aogpt bench sampler --json` results to the sampler tables of docs/benchmarks.md.
 
     aogpt bench sampler --flavor small --n 256 --repeats 3 --json > run.json
     python scripts/update_benchmarks_doc.py run.json [more.json ...] [--docs docs/benchmarks.md]
 
-The table sits between two HTML-comment markers. Only the text between them is ours: a result
+A run with a speculative variant (`--model OUT_DIR --speculative K|auto`) goes to the speculative
+table, any other to the sampler table. Each table sits between two HTML-comment markers. Only the text between them is ours: a result
 replaces the row with the same command and device, or is appended; everything outside the markers
 is kept byte for byte. (The package never writes repository files; this script does.)
 """
@@ -85,28 +86,81 @@ def format_row(result: dict) -> str:
     return "| " + " | ".join(c.replace("|", "/") for c in cells) + " |"
 
 
+SPEC_START, SPEC_END = "<!-- speculative-bench:start -->", "<!-- speculative-bench:end -->"
+SPEC_INTRO = """## Speculative sampling (`aogpt bench sampler --model OUT_DIR --speculative K|auto`)
+
+Exact any-order speculative sampling (`aogpt_plugin/sampler/speculative.py`) draws the T=n
+distribution, so it is timed against T=n sequential sampling and against AR decoding of the same
+trained weights (left to right); its forward passes depend on how often the model's parallel drafts
+are accepted, which needs trained weights. Medians of the rounds; ratios as above.
+"""
+SPEC_COLUMNS = (
+    "date",
+    "command",
+    "device",
+    "n",
+    "batch",
+    "AO s (T=n, n/4)",
+    "speculative s",
+    "AR s",
+    "forwards T=n / spec / AR",
+    "spec forwards per token",
+    "T=n / spec",
+    "spec / AR",
+)
+
+
+def format_spec_row(result: dict) -> str:
+    n, quarter = str(result["n"]), str(max(1, result["n"] // 4))
+    cells = [
+        datetime.date.today().isoformat(),
+        f"`{result['command']}`",
+        result["device"],
+        n,
+        str(result["batch"]),
+        f"{result['ao_seconds'][n]:.3f}, {result['ao_seconds'][quarter]:.3f}",
+        f"{result['spec_seconds']:.3f}",
+        f"{result['ar_seconds']:.3f}",
+        f"{result['ao_forward_passes'][n]} / {result['spec_forward_passes']} / {result['ar_forward_passes']}",
+        f"{result['spec_forwards_per_token']:.3f}",
+        ratio_cell(result, "spec_vs_sequential_speedup", "{:.2f}x"),
+        ratio_cell(result, "spec_vs_ar_time_ratio", "{:.3f}"),
+    ]
+    return "| " + " | ".join(c.replace("|", "/") for c in cells) + " |"
+
+
+def section_of(result: dict) -> tuple[str, str, str, tuple, object]:
+    """(start marker, end marker, intro, columns, row formatter) of the table this result belongs to."""
+    if "spec_seconds" in result:
+        return SPEC_START, SPEC_END, SPEC_INTRO, SPEC_COLUMNS, format_spec_row
+    return START, END, INTRO, COLUMNS, format_row
+
+
 def _key(row: str) -> tuple[str, str]:
     cells = [c.strip() for c in row.strip().strip("|").split("|")]
     return (cells[1], cells[2]) if len(cells) > 2 else ("", "")
 
 
-def render_section(rows: list[str]) -> str:
-    header = "| " + " | ".join(COLUMNS) + " |"
-    rule = "|" + "|".join("---" for _ in COLUMNS) + "|"
-    return "\n".join([START, INTRO, header, rule, *rows, END])
+def render_section(rows: list[str], section=None) -> str:
+    start_marker, end_marker, intro, columns, _ = section or (START, END, INTRO, COLUMNS, format_row)
+    header = "| " + " | ".join(columns) + " |"
+    rule = "|" + "|".join("---" for _ in columns) + "|"
+    return "\n".join([start_marker, intro, header, rule, *rows, end_marker])
 
 
 def update_text(text: str, result: dict) -> str:
     """`text` with this run's row added to (or replacing its twin in) the marked section."""
-    row = format_row(result)
-    start, end = text.find(START), text.find(END)
+    section = section_of(result)
+    start_marker, end_marker, *_, formatter = section
+    row = formatter(result)
+    start, end = text.find(start_marker), text.find(end_marker)
     if start < 0 or end < start:
         sep = "" if not text or text.endswith("\n\n") else ("\n" if text.endswith("\n") else "\n\n")
-        return text + sep + render_section([row]) + "\n"
-    body = text[start + len(START) : end]
+        return text + sep + render_section([row], section) + "\n"
+    body = text[start + len(start_marker) : end]
     rows = [line for line in body.splitlines() if line.startswith("| ") and not line.startswith("| date |")]
     rows = [r for r in rows if _key(r) != _key(row)] + [row]
-    return text[:start] + render_section(rows) + text[end + len(END) :]
+    return text[:start] + render_section(rows, section) + text[end + len(end_marker) :]
 
 
 def write_rows(path: str, result: dict) -> None:
@@ -130,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             text = sys.stdin.read() if name == "-" else open(name, encoding="utf-8").read()
             result = json.loads(text.strip().splitlines()[-1])
-            format_row(result)
+            section_of(result)[-1](result)
         except (OSError, ValueError, KeyError, IndexError) as e:
             print(
                 f"error: {name!r} is not an `aogpt bench sampler --json` result ({type(e).__name__}: {e})",

@@ -19,6 +19,13 @@ BENCH_MODULES = (
 )
 
 
+def median_and_range(values: list[float], digits: int = 3) -> tuple[float, list[float]]:
+    """A per-round quantity as every bench reports it: the median over rounds and its [min, max]."""
+    import statistics
+
+    return round(statistics.median(values), digits), [round(min(values), digits), round(max(values), digits)]
+
+
 def add_to(subparsers) -> None:
     p = subparsers.add_parser("bench", help="measure training step time (AO vs AR) or sampler speed")
     sub = p.add_subparsers(dest="bench_command", required=True, metavar="{train,sampler}")

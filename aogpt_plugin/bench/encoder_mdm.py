@@ -22,7 +22,7 @@ from ..devices import synchronize
 from ..model import AOGPTModelArgs
 from ..model.model import TransformerBlock
 from ..sampler.decode_view import decode_model
-from ..sampler.generate import plan_generator
+from ..sampler.generation import plan_generator
 from ..sampler.prompt import generation_orders
 from ..sampler.sampling import SamplingParams, noise_workspace, sample_tokens
 from ..sampler.schedule import step_counts

@@ -1,9 +1,13 @@
 """`aogpt bench sampler`: AO sampler vs encoder-only MDM vs AR decode, timed in one run (not a test).
 
-All three use random weights of one flavor (timing does not depend on the weights):
+All three use random weights of one flavor (timing of a fixed step count does not depend on the weights):
   ao       - AO-GPT (adaLN) with the cached any-order sampler, T in {n, n/4, n/16}
   encoder  - the bidirectional MDM of the same width/depth, T full-sequence forwards, same T values
   ar       - a plain causal GPT of the same backbone (conditioning=none), KV-cache decode, n steps
+  spec     - with --speculative K|auto: exact speculative sampling (sampler/speculative.py), whose
+             forward passes depend on how often drafts are accepted -- so time it on a trained model:
+             --model OUT_DIR replaces the random weights; ao, spec and ar (the same weights read left
+             to right) all use it, and the encoder is left out.
 Each is run once untimed first (warm-up: allocator, kernels, flex compile). Then --repeats rounds
 each time every variant once, in turn, so drift on a shared machine hits all of them alike; seconds
 are medians over the rounds, and each ratio is the median of its per-round ratios (with their range).
@@ -17,16 +21,15 @@ import dataclasses
 import json
 import statistics
 import sys
+from typing import TYPE_CHECKING
 
-import torch
-
-from ..devices import device_name, resolve_device, resolve_dtype, synchronize
+from ..devices import LINEAR_KERNELS, device_name, resolve_device, resolve_dtype, synchronize
 from ..errors import UserError
-from ..model import AOGPT, FLAVORS
-from ..sampler.decode_view import LINEAR_KERNELS, resolve_linear_kernel
-from ..sampler.generate import SampleConfig, generate, noise_generator
-from .ar_decode import ar_generate
-from .encoder_mdm import build_encoder_mdm, encoder_generate
+from ..model import FLAVORS
+from . import median_and_range
+
+if TYPE_CHECKING:  # the models and samplers load when a benchmark runs, not for `--help`
+    from ..model import AOGPT
 
 
 def add_to(subparsers) -> None:
@@ -42,6 +45,8 @@ def add_to(subparsers) -> None:
     )
     p.add_argument("--threads", type=int, default=None, help="CPU intra-op threads (default: torch's choice)")
     p.add_argument("--repeats", type=int, default=3, help="timed rounds of every variant (default 3)")
+    p.add_argument("--model", default=None, metavar="OUT_DIR", help="a converted (trained) model instead of --flavor")
+    p.add_argument("--speculative", default=None, metavar="K|auto", help="also time speculative sampling")
     p.add_argument(
         "--json", action="store_true", help="print one JSON object (scripts/update_benchmarks_doc.py reads it)"
     )
@@ -54,11 +59,19 @@ def step_values(n: int) -> list[int]:
 
 
 def check_args(args) -> None:
-    if args.flavor not in FLAVORS:
+    from ..model_dir import read_config
+    from ..sampler.speculative import parse_draft
+
+    if args.speculative is not None:
+        args.speculative = parse_draft(args.speculative)
+    if args.model is not None:
+        positions, what = read_config(args.model).model_args.max_seq_len, args.model
+    elif args.flavor not in FLAVORS:
         raise UserError(f"--flavor {args.flavor!r} is unknown; allowed: {', '.join(FLAVORS)}")
-    positions = FLAVORS[args.flavor].max_seq_len
+    else:
+        positions, what = FLAVORS[args.flavor].max_seq_len, args.flavor
     if not 1 <= args.n <= positions:
-        raise UserError(f"--n {args.n} is outside 1..{positions} (positions of {args.flavor})")
+        raise UserError(f"--n {args.n} is outside 1..{positions} (positions of {what})")
     if args.batch < 1:
         raise UserError(f"--batch {args.batch} must be >= 1")
     if args.threads is not None and args.threads < 1:
@@ -68,6 +81,10 @@ def check_args(args) -> None:
 
 
 def build_decoder(flavor: str, conditioning: str, device, dtype) -> AOGPT:
+    import torch
+
+    from ..model import AOGPT
+
     args = dataclasses.replace(FLAVORS[flavor], conditioning=conditioning)
     torch.manual_seed(0)
     with torch.device("meta"):
@@ -82,13 +99,17 @@ def _log(msg: str) -> None:
 
 
 def headline_ratios(seconds: dict[str, float], n: int) -> dict[str, float]:
-    """The issue-3 ratios of one round; `seconds` maps "ao T", "encoder T" and "ar" to seconds."""
+    """The headline ratios of one round; `seconds` maps "ao T", "encoder T", "ar" and "spec" (those
+    that ran) to seconds."""
     quarter = max(1, n // 4)
-    return {
-        "ao_vs_encoder_speedup": seconds[f"encoder {n}"] / seconds[f"ao {n}"],
-        "ao_vs_ar_time_ratio": seconds[f"ao {n}"] / seconds["ar"],
-        "ao_quarter_vs_ar_speedup": seconds["ar"] / seconds[f"ao {quarter}"],
+    ratios = {
+        "ao_vs_encoder_speedup": (f"encoder {n}", f"ao {n}"),
+        "ao_vs_ar_time_ratio": (f"ao {n}", "ar"),
+        "ao_quarter_vs_ar_speedup": ("ar", f"ao {quarter}"),
+        "spec_vs_sequential_speedup": (f"ao {n}", "spec"),
+        "spec_vs_ar_time_ratio": ("spec", "ar"),
     }
+    return {k: seconds[a] / seconds[b] for k, (a, b) in ratios.items() if a in seconds and b in seconds}
 
 
 def summarize(rounds: list[dict[str, float]], n: int) -> dict:
@@ -98,21 +119,38 @@ def summarize(rounds: list[dict[str, float]], n: int) -> dict:
     per_round = [headline_ratios(r, n) for r in rounds]
     ratios, spread = {}, {}
     for key in per_round[0]:
-        values = [r[key] for r in per_round]
-        ratios[key] = round(statistics.median(values), 3)
-        spread[key] = [round(min(values), 3), round(max(values), 3)]
+        ratios[key], spread[key] = median_and_range([r[key] for r in per_round])
     return {"median_seconds": medians, "ratios": ratios, "ratio_range": spread}
 
 
 def run_bench(
-    flavor: str, n: int, batch: int, device, dtype, backend: str = "auto", linears: str = "aten", repeats: int = 1
+    flavor: str,
+    n: int,
+    batch: int,
+    device,
+    dtype,
+    backend: str = "auto",
+    linears: str = "aten",
+    repeats: int = 1,
+    model: AOGPT | None = None,
+    speculative: int | str | None = None,
 ) -> dict:
     """Median timings (seconds) over `repeats` interleaved rounds, forward-pass counts, and the
-    headline ratios. `linears` is a resolved kernel (aten | onednn, see linears.resolve_linear_kernel)."""
+    headline ratios. `linears` is a resolved kernel (aten | onednn, see linears.resolve_linear_kernel).
+    `model` (trained weights) replaces the flavor's random AO and AR models and drops the encoder."""
+    from ..sampler.generation import SampleConfig, generate, noise_generator
+    from ..sampler.speculative import speculative_generate
+    from .ar_decode import ar_generate
+    from .encoder_mdm import build_encoder_mdm, encoder_generate
+
     steps = step_values(n)
-    ao = build_decoder(flavor, "adaln", device, dtype)
-    ar = build_decoder(flavor, "none", device, dtype)
-    enc = build_encoder_mdm(FLAVORS[flavor], device, dtype)
+    ao = model if model is not None else build_decoder(flavor, "adaln", device, dtype)
+    ar = model if model is not None else build_decoder(flavor, "none", device, dtype)
+    enc = build_encoder_mdm(FLAVORS[flavor], device, dtype) if model is None else None
+
+    def spec_run():
+        config = SampleConfig(length=n, steps=n, num_samples=batch, seed=1, backend=backend, linears=linears)
+        return speculative_generate(ao, config, speculative)[0]
 
     def ao_run(t: int):
         return generate(
@@ -126,13 +164,19 @@ def run_bench(
         return ar_generate(ar, n, batch, generator=noise_generator(1, device), backend=backend, linears=linears)
 
     variants = {f"ao {t}": lambda t=t: ao_run(t) for t in steps}
+    if speculative is not None:
+        variants["spec"] = spec_run
     variants["ar"] = ar_run
-    variants.update({f"encoder {t}": lambda t=t: enc_run(t) for t in steps})
+    if enc is not None:
+        variants.update({f"encoder {t}": lambda t=t: enc_run(t) for t in steps})
 
     _log(f"bench sampler: {flavor} n={n} batch={batch} on {device_name(device)}; warm-up")
     ao_run(steps[-1])
     ao_run(steps[0])
-    encoder_generate(enc, n, min(2, n), batch, seed=1, linears=linears)
+    if enc is not None:
+        encoder_generate(enc, n, min(2, n), batch, seed=1, linears=linears)
+    if speculative is not None:
+        spec_run()
     ar_run()
     synchronize(device)
     rounds, forwards = [], {}
@@ -157,15 +201,31 @@ def run_bench(
         "steps": steps,
         "ao_seconds": {str(t): round(med[f"ao {t}"], 4) for t in steps},
         "ao_forward_passes": {str(t): forwards[f"ao {t}"] for t in steps},
-        "encoder_seconds": {str(t): round(med[f"encoder {t}"], 4) for t in steps},
-        "encoder_forward_passes": {str(t): forwards[f"encoder {t}"] for t in steps},
         "ar_seconds": round(med["ar"], 4),
         "ar_forward_passes": forwards["ar"],
         "ao_tokens_per_second": {str(t): round(n * batch / med[f"ao {t}"], 1) for t in steps},
         **summary["ratios"],
         "ratio_range": summary["ratio_range"],
-        "encoder_vs_ao_speedup_by_T": {str(t): round(med[f"encoder {t}"] / med[f"ao {t}"], 3) for t in steps},
         "rounds": [{k: round(v, 4) for k, v in r.items()} for r in rounds],
+        **(
+            {
+                "encoder_seconds": {str(t): round(med[f"encoder {t}"], 4) for t in steps},
+                "encoder_forward_passes": {str(t): forwards[f"encoder {t}"] for t in steps},
+                "encoder_vs_ao_speedup_by_T": {str(t): round(med[f"encoder {t}"] / med[f"ao {t}"], 3) for t in steps},
+            }
+            if enc is not None
+            else {}
+        ),
+        **(
+            {
+                "speculative": speculative,
+                "spec_seconds": round(med["spec"], 4),
+                "spec_forward_passes": forwards["spec"],  # of the last round (seeded: the same every round)
+                "spec_forwards_per_token": round(forwards["spec"] / n, 4),
+            }
+            if speculative is not None
+            else {}
+        ),
     }
 
 
@@ -174,14 +234,27 @@ def command_line(argv: list[str]) -> str:
 
 
 def run(args) -> int:
+    import torch
+
+    from ..model_dir import load_model_dir
+    from ..sampler.decode_view import resolve_linear_kernel
+
     check_args(args)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype or ("bfloat16" if device.type == "cuda" else "float32"))
     linears = resolve_linear_kernel(args.linears, device, dtype)  # a bad combination fails before any model is built
-    result = run_bench(args.flavor, args.n, args.batch, device, dtype, args.backend, linears, args.repeats)
-    argv = [f"--flavor {args.flavor}", f"--n {args.n}", f"--batch {args.batch}", f"--repeats {args.repeats}"]
+    model = None
+    if args.model is not None:
+        model = load_model_dir(args.model, device, dtype).model.eval().requires_grad_(False)
+    result = run_bench(
+        args.flavor, args.n, args.batch, device, dtype, args.backend, linears, args.repeats, model, args.speculative
+    )
+    source = f"--model {args.model}" if args.model else f"--flavor {args.flavor}"
+    argv = [source, f"--n {args.n}", f"--batch {args.batch}", f"--repeats {args.repeats}"]
+    if args.speculative is not None:
+        argv.append(f"--speculative {args.speculative}")
     if args.device != "auto":
         argv.append(f"--device {args.device}")
     if args.dtype:
@@ -200,13 +273,21 @@ def run(args) -> int:
         return 0
     n = args.n
     print(
-        f"{args.flavor} n={n} batch={args.batch} on {result['device']} ({result['dtype']}, {result['linears']} linears)"
+        f"{args.model or args.flavor} n={n} batch={args.batch} on {result['device']} ({result['dtype']}, "
+        f"{result['linears']} linears)"
     )
     for t in result["steps"]:
+        line = f"  T={t:5d}  ao {result['ao_seconds'][str(t)]:9.3f} s ({result['ao_forward_passes'][str(t)]} fwd)"
+        if "encoder_seconds" in result:
+            line += (
+                f"  encoder {result['encoder_seconds'][str(t)]:9.3f} s ({result['encoder_forward_passes'][str(t)]} fwd)"
+                f"  encoder/ao {result['encoder_vs_ao_speedup_by_T'][str(t)]:7.2f}x"
+            )
+        print(line)
+    if "spec_seconds" in result:
         print(
-            f"  T={t:5d}  ao {result['ao_seconds'][str(t)]:9.3f} s ({result['ao_forward_passes'][str(t)]} fwd)"
-            f"  encoder {result['encoder_seconds'][str(t)]:9.3f} s ({result['encoder_forward_passes'][str(t)]} fwd)"
-            f"  encoder/ao {result['encoder_vs_ao_speedup_by_T'][str(t)]:7.2f}x"
+            f"  speculative {result['speculative']}: {result['spec_seconds']:.3f} s ({result['spec_forward_passes']} fwd, "
+            f"{result['spec_forwards_per_token']:.3f} per token)"
         )
     print(f"  AR decode {result['ar_seconds']:.3f} s ({result['ar_forward_passes']} fwd)")
     print(f"  medians of {args.repeats} rounds; ratios: median of the per-round ratios [min, max]")
@@ -215,6 +296,9 @@ def run(args) -> int:
         ("ao_vs_encoder_speedup", "encoder / AO at T=n", "goal >= 25x GPU, >= 40x CPU"),
         ("ao_vs_ar_time_ratio", "AO at T=n / AR", "goal <= 1.15"),
         ("ao_quarter_vs_ar_speedup", "AR / AO at T=n/4", "goal >= 3x"),
+        ("spec_vs_sequential_speedup", "AO T=n / speculative", "exact: same distribution"),
+        ("spec_vs_ar_time_ratio", "speculative / AR", "< 1: faster than AR decode"),
     ):
-        print(f"  {label:21s} {result[key]:7.3f}  [{lo_hi[key][0]:.3f}, {lo_hi[key][1]:.3f}]  ({goal})")
+        if key in result:
+            print(f"  {label:21s} {result[key]:7.3f}  [{lo_hi[key][0]:.3f}, {lo_hi[key][1]:.3f}]  ({goal})")
     return 0

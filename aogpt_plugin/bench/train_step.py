@@ -4,8 +4,10 @@ Both variants share the backbone; AO adds the target-position table, the per-blo
 projections (SiLU -> Linear(128, 6d)) and a gather of the permuted tokens, AR is `conditioning=none`
 read left to right. A step is forward + summed cross-entropy + backward + AdamW step, on random
 tokens (data loading is excluded on purpose: it is identical for both). Variants are timed in
-interleaved rounds so that drift (thermal, other processes) hits both alike; the ratio of medians
-is reported. Goal (issue 2): AO / AR <= 1.10.
+interleaved rounds so that drift (thermal, other processes) hits both alike: each round times every
+variant for --steps steps in turn, and prints its medians as it goes (stderr). Step times are
+medians over all timed steps; the AO / AR ratio is the median of the per-round ratios, with their
+[min, max]. Goal (issue 2): AO / AR <= 1.10.
 """
 
 from __future__ import annotations
@@ -13,13 +15,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import statistics
+import sys
 import time
-
-import torch
 
 from ..devices import device_name, resolve_device, synchronize
 from ..errors import UserError
-from ..model import AOGPT, FLAVORS
+from ..model import FLAVORS
+from . import median_and_range
 
 VARIANTS = {"ar": ("none", "l2r"), "ao": ("adaln", "uniform"), "sigma": ("concat", "uniform")}
 
@@ -62,6 +64,10 @@ class Variant:
     """One model + optimizer + fixed batch; `step()` runs one full training step."""
 
     def __init__(self, flavor: str, conditioning: str, order: str, seq_len: int, batch: int, device, dtype, compile):
+        import torch
+
+        from ..model import AOGPT
+
         args = dataclasses.replace(FLAVORS[flavor], conditioning=conditioning)
         torch.manual_seed(0)
         with torch.device("meta"):
@@ -84,6 +90,8 @@ class Variant:
         self.tokens_per_step = batch * seq_len
 
     def step(self) -> None:
+        import torch
+
         labels = self.labels if self.order is None else torch.gather(self.tokens, 1, self.order)
         with torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32):
             logits = self.model(self.tokens, self.order)
@@ -95,24 +103,36 @@ class Variant:
 
 
 def run(args) -> int:
+    import torch
+
     variants = check_args(args)
     device = resolve_device(args.device)
     dtype_name = args.dtype or ("bfloat16" if device.type == "cuda" else "float32")
     dtype = getattr(torch, dtype_name)
     seq_len = args.seq_len or FLAVORS[args.flavor].max_seq_len
+    say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    say(f"bench train: {args.flavor} seq {seq_len} batch {args.batch} on {device_name(device)}; building {variants}")
     built = {v: Variant(args.flavor, *VARIANTS[v], seq_len, args.batch, device, dtype, args.compile) for v in variants}
+    say(f"  warm-up: {args.warmup} steps per variant" + (" (compiling)" if args.compile else ""))
     for v in variants:
         for _ in range(args.warmup):
             built[v].step()
     times: dict[str, list[float]] = {v: [] for v in variants}
-    for _ in range(args.rounds):
+    rounds: list[dict[str, float]] = []
+    for i in range(args.rounds):
+        this_round = {}
         for v in variants:
             synchronize(device)
+            steps = []
             for _ in range(args.steps):
                 t0 = time.perf_counter()
                 built[v].step()
                 synchronize(device)
-                times[v].append(time.perf_counter() - t0)
+                steps.append(time.perf_counter() - t0)
+            times[v] += steps
+            this_round[v] = 1000 * statistics.median(steps)
+        rounds.append(this_round)
+        say(f"  round {i + 1}/{args.rounds}: " + "  ".join(f"{v} {ms:.2f} ms" for v, ms in this_round.items()))
     ms = {v: 1000 * statistics.median(t) for v, t in times.items()}
     result = {
         "flavor": args.flavor,
@@ -124,9 +144,11 @@ def run(args) -> int:
         "timed_steps_per_variant": args.steps * args.rounds,
         "median_step_ms": {v: round(m, 3) for v, m in ms.items()},
         "tokens_per_s": {v: round(built[v].tokens_per_step / (m / 1000), 1) for v, m in ms.items()},
+        "rounds": [{v: round(m, 3) for v, m in r.items()} for r in rounds],
     }
     if "ao" in ms and "ar" in ms:
-        result["ao_vs_ar_step_time_ratio"] = round(ms["ao"] / ms["ar"], 4)
+        ratio, spread = median_and_range([r["ao"] / r["ar"] for r in rounds], digits=4)
+        result["ao_vs_ar_step_time_ratio"], result["ratio_range"] = ratio, spread
     if args.json:
         print(json.dumps(result))
         return 0
@@ -136,5 +158,9 @@ def run(args) -> int:
     for v in variants:
         print(f"  {v:5s} {ms[v]:9.2f} ms/step  {result['tokens_per_s'][v]:10.0f} tokens/s")
     if "ao_vs_ar_step_time_ratio" in result:
-        print(f"  AO / AR step time: {result['ao_vs_ar_step_time_ratio']:.3f} (goal <= 1.10)")
+        lo, hi = result["ratio_range"]
+        print(
+            f"  AO / AR step time: {result['ao_vs_ar_step_time_ratio']:.3f} [{lo:.3f}, {hi:.3f}] "
+            f"(median of {args.rounds} per-round ratios [min, max]; goal <= 1.10)"
+        )
     return 0

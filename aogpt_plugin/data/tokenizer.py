@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import os
 import time
-
-import torch
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, UserError
+
+if TYPE_CHECKING:
+    import torch
 
 TIKTOKEN_NAMES = ("gpt2",)
 EOS_NAMES = ("<|endoftext|>", "</s>", "<eos>")
@@ -102,6 +104,8 @@ class TiktokenTokenizer:
         return self._enc.n_vocab
 
     def byte_lengths(self) -> torch.Tensor:
+        import torch
+
         if self._byte_lengths is None:
             sizes = [len(self._enc.decode_single_token_bytes(i)) for i in range(self._enc.n_vocab)]
             sizes[self.eos_id] = 0  # <|endoftext|>, the encoding's only special token, spells no text
@@ -142,6 +146,8 @@ class JsonTokenizer:
         return self._tok.get_vocab_size()
 
     def byte_lengths(self) -> torch.Tensor:
+        import torch
+
         """Exact for byte-level BPE (every token string spells its bytes in the byte alphabet)."""
         if self._byte_lengths is not None:
             return self._byte_lengths
@@ -190,6 +196,8 @@ class SymbolTokenizer:
         return self._vocab
 
     def byte_lengths(self) -> torch.Tensor:
+        import torch
+
         return torch.ones(self._vocab, dtype=torch.long)
 
 

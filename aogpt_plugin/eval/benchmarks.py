@@ -29,12 +29,14 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from ..data.text_files import iter_documents, list_text_files
 from ..errors import UserError
 from .detokenizers import DETOKENIZERS
+
+if TYPE_CHECKING:
+    import torch
 
 PROTOCOL_SEQ_LEN = 1024  # the papers' chunk length
 DATA_DIR_ENV = "AOGPT_DATA_DIR"
@@ -226,6 +228,8 @@ class PackedTokens:
 
 
 def pack_documents(texts: list[str], tokenizer, seq_len: int) -> PackedTokens:
+    import torch
+
     ids = tokenizer.encode_batch(texts, add_eos=True)
     stream = torch.tensor([t for doc in ids for t in doc], dtype=torch.long)
     usable = stream.numel() // seq_len * seq_len

@@ -21,8 +21,6 @@ from ..errors import UserError
 from ..likelihood import perplexity
 from .samples import SampleSet
 
-TOKEN_MODES = ("auto", "direct", "retokenize")
-
 
 @dataclass
 class PreparedSamples:

@@ -8,7 +8,7 @@ import time
 
 from ..devices import Reporter, add_runtime_args, print_json, resolve_device, resolve_dtype
 from ..errors import UserError, check_writable, require_at_least
-from .genppl import TOKEN_MODES
+from .samples import TOKEN_MODES
 
 
 def add_to(subparsers) -> None:
@@ -28,6 +28,9 @@ def add_to(subparsers) -> None:
     g.add_argument("--num-samples", type=int, default=None, metavar="N", help="samples to draw (required with --model)")
     g.add_argument("--length", type=int, default=None, help="tokens per sample (default: the model's positions)")
     g.add_argument("--steps", type=int, default=None, metavar="T", help="sampling steps (default: --length)")
+    g.add_argument(
+        "--speculative", default=None, metavar="K|auto", help="exact speculative sampling of the T=length distribution"
+    )
     g.add_argument("--sample-order", choices=("random", "l2r"), default="random", help="generation order")
     g.add_argument("--temperature", type=float, default=1.0)
     g.add_argument("--top-p", type=float, default=1.0)
@@ -93,12 +96,26 @@ def run(args) -> int:
 
 def _check_sampling_args(args) -> None:
     if args.model is None:
-        given = [f for f, v in (("--num-samples", args.num_samples), ("--save-samples", args.save_samples)) if v]
+        given = [
+            f
+            for f, v in (
+                ("--num-samples", args.num_samples),
+                ("--save-samples", args.save_samples),
+                ("--speculative", args.speculative),
+            )  # fmt: skip
+            if v
+        ]
         if given:
             raise UserError(f"{given[0]} needs --model (it draws samples); with --samples FILE drop it")
         return
     if args.num_samples is None:
         raise UserError("--model needs --num-samples N (how many samples to draw)")
+    if args.speculative is not None:
+        from ..sampler.speculative import parse_draft
+
+        args.speculative = parse_draft(args.speculative)
+        if args.steps is not None:
+            raise UserError("--steps does not apply with --speculative (it samples the T=length distribution); drop it")
     if args.save_samples:
         check_writable(args.save_samples, "--save-samples")
     require_at_least("--num-samples", args.num_samples, 1, "the number of samples")
@@ -110,6 +127,7 @@ def sample_from_model(args, device, say):
     """Draw --num-samples samples with aogpt_plugin.sampler, --batch-size at a time (batch b seeded (seed, b))."""
     from ..model_dir import load_model_dir
     from ..sampler import SampleConfig, SamplingParams, generate, samples_record
+    from ..sampler.speculative import speculative_generate
     from ..seeding import stream_seed
     from .samples import Sample, SampleSet
 
@@ -130,9 +148,10 @@ def sample_from_model(args, device, say):
         "top_k": args.top_k,
         "seed": args.seed,
         "batch_size": args.batch_size,
+        "speculative": args.speculative,
     }
     say(f"sampling {args.num_samples} samples from {args.model}: " + ", ".join(f"{k} {v}" for k, v in settings.items()))
-    samples = []
+    samples, forwards = [], 0
     for batch, start in enumerate(range(0, args.num_samples, args.batch_size)):
         config = SampleConfig(
             length=length,
@@ -142,9 +161,14 @@ def sample_from_model(args, device, say):
             sampling=params,
             seed=stream_seed("sample_batch", args.seed, batch),
         )
-        result = generate(model_dir.model, config)
+        if args.speculative is None:
+            result = generate(model_dir.model, config)
+        else:
+            result, _ = speculative_generate(model_dir.model, config, args.speculative)
+        forwards += result.forward_passes
         samples += [Sample(tokens=row, text=tokenizer.decode(row)) for row in result.tokens.tolist()]
     del model_dir
+    settings["forward_passes"] = forwards  # over all batches
     if args.save_samples:
         record = samples_record(
             [s.tokens for s in samples], [s.text for s in samples], tokenizer=tokenizer.name, **settings

@@ -14,7 +14,9 @@ from .benchmarks import BENCHMARKS, PROTOCOL_SEQ_LEN, check_dataset_arg, load_do
 
 def add_to(subparsers) -> None:
     p = subparsers.add_parser("ppl", help="zero-shot perplexity: left to right, any order, context-order ensemble")
-    p.add_argument("--model", required=True, help="converted model folder (aogpt convert)")
+    p.add_argument(
+        "--model", required=True, help="converted model folder (aogpt convert), or hf:NAME_OR_DIR (a GPT-2-style LM)"
+    )
     p.add_argument("--dataset", required=True, help=f"{', '.join(BENCHMARKS)}, or a .jsonl/.json/.txt file or folder")
     p.add_argument("--split", default="test", help="benchmark split (default test; wikitext2 train = the authors')")
     p.add_argument("--order", required=True, choices=READ_ORDERS, help="left to right, or random orders")
@@ -57,6 +59,8 @@ def run(args) -> int:
     started = time.perf_counter()
     say = Reporter(args.json)
     check_args(args)
+    if args.model.startswith("hf:"):
+        return run_hf(args, say, started)
     config = read_config(args.model)
     positions = config.model_args.max_seq_len
     seq_len = chunk_length(args.seq_len, positions, args.model)
@@ -146,6 +150,76 @@ def run(args) -> int:
             "seconds": round(seconds, 3),
         }
         print_json(record)
+    return 0
+
+
+def run_hf(args, say, started: float) -> int:
+    """`--model hf:NAME`: a Hugging Face causal LM on the same documents, detokenizer, packing (EOS
+    after every document) and chunks. Like the authors' GPT-2 script it scores the n-1 tokens after
+    each chunk's first (no BOS), where an aogpt model scores all n from its [None] slot."""
+    import torch
+
+    from ..data.tokenizer import TiktokenTokenizer
+    from .perplexity import estimate
+    from .scorers import HFScorer, check_scorer_arg, hf_config_positions
+
+    if args.order != "l2r" or args.ensemble > 1:
+        raise UserError(f"--model {args.model!r} reads left to right only; allowed: --order l2r, no --ensemble")
+    check_scorer_arg(args.model, "--model")
+    device = resolve_device(args.device)
+    tokenizer = TiktokenTokenizer("gpt2")
+    seq_len = chunk_length(args.seq_len, hf_config_positions(args.model, "--model"), args.model)
+    docs = load_documents(args.dataset, args.split, args.data_dir)
+    scorer = HFScorer(args.model, device, resolve_dtype(args.dtype), flag="--model")
+    if not scorer.speaks("gpt2"):
+        raise UserError(f"--model {args.model!r} does not use GPT-2's tokenizer; allowed: GPT-2-style causal LMs")
+    packed = pack_documents(docs.texts, tokenizer, seq_len)
+    if packed.num_chunks < 1 or seq_len < 2:
+        raise UserError(f"--dataset {args.dataset!r}: no chunk of {seq_len} >= 2 tokens to score")
+    chunks = packed.chunks[: args.max_chunks]
+    say(f"model {args.model}: Hugging Face causal LM, {scorer.max_len} positions")
+    say(
+        f"data {docs.dataset} [{docs.split or 'file'}] from {docs.source} (detokenizer {docs.detokenizer}): "
+        f"{packed.documents:,} documents -> {packed.num_chunks:,} chunks of {seq_len}; scoring {len(chunks):,}, "
+        f"the {seq_len - 1} tokens after each chunk's first (as the authors' GPT-2 script)"
+    )
+    per_chunk = torch.zeros(len(chunks), 1, dtype=torch.float64)
+    for start in range(0, len(chunks), args.batch_size):
+        batch = chunks[start : start + args.batch_size].tolist()
+        sums, counts = scorer.nll_sums(batch)
+        per_chunk[start : start + len(batch), 0] = sums / counts
+    e = estimate(per_chunk, deterministic=True)
+    scored = chunks[:, 1:]
+    text_bytes = int(tokenizer.byte_lengths()[scored].sum())
+    bits_per_byte = e.nll * scored.numel() / (math.log(2) * text_bytes)
+    seconds = time.perf_counter() - started
+    say(f"M=1    ppl {e.ppl:.4f}  nll {e.nll:.5f} nats/token  {bits_per_byte:.4f} bits/byte  {_se_text(e)}")
+    say(f"time {seconds:.1f} s")
+    if args.json:
+        print_json(
+            {
+                "command": "ppl",
+                "model": args.model,
+                "model_kind": "hf",
+                "dataset": docs.dataset,
+                "split": docs.split,
+                "source": docs.source,
+                "detokenizer": docs.detokenizer,
+                "documents": packed.documents,
+                "dataset_chunks": packed.num_chunks,
+                "seq_len": seq_len,
+                "chunks": len(chunks),
+                "tokens": scored.numel(),
+                "scored_per_chunk": seq_len - 1,
+                "order": "l2r",
+                "dtype": args.dtype,
+                "device": str(device),
+                **e.as_dict(),
+                "bits_per_byte": bits_per_byte,
+                "text_bytes": text_bytes,
+                "seconds": round(seconds, 3),
+            }
+        )
     return 0
 
 

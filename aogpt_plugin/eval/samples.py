@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 
 from ..errors import UserError
 
+TOKEN_MODES = ("auto", "direct", "retokenize")  # how `aogpt eval genppl --tokens` reads a sample's ids
+
 
 @dataclass
 class Sample:

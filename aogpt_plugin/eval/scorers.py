@@ -13,7 +13,8 @@ from ..errors import UserError
 from ..likelihood import token_nlls
 
 HF_PREFIX = "hf:"
-_PROBE = "Any-order GPT: 3.14 ‘quotes’, émigré, 東京, <|endoftext|> tabs\tand  spaces."
+# ordinary text only: how a tokenizer treats the text "<|endoftext|>" does not matter for ids
+_PROBE = "Any-order GPT: 3.14 ‘quotes’, émigré, 東京, tabs\tand  spaces,\n\nnew lines."
 
 
 def _pad(batch: list[list[int]], device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -73,21 +74,22 @@ class HFScorer:
 
     kind = "hf"
 
-    def __init__(self, spec: str, device, dtype):
-        transformers = import_transformers(spec)
+    def __init__(self, spec: str, device, dtype, flag: str = "--scorer"):
+        transformers = import_transformers(spec, flag)
+        transformers.utils.logging.set_verbosity_error()  # one error line, not load banners and bars
+        transformers.utils.logging.disable_progress_bar()
         name = spec[len(HF_PREFIX) :]
         try:
             self.hf_tokenizer = transformers.AutoTokenizer.from_pretrained(name)
-            self.model = transformers.AutoModelForCausalLM.from_pretrained(name, torch_dtype=dtype)
+            self.model = transformers.AutoModelForCausalLM.from_pretrained(name, dtype=dtype)
         except Exception as e:  # offline, unknown name, not a causal LM
             first_line = str(e).splitlines()[0][:160] if str(e) else ""
-            raise UserError(f"--scorer {spec!r} cannot load ({type(e).__name__}: {first_line})") from None
+            raise UserError(f"{flag} {spec!r} cannot load ({type(e).__name__}: {first_line})") from None
         self.model.to(device).eval()
         self.name = spec
         self.weights = None
         self.vocab_size = self.model.get_output_embeddings().weight.shape[0]
-        cfg = self.model.config
-        self.max_len = getattr(cfg, "n_positions", None) or getattr(cfg, "max_position_embeddings", None) or 1024
+        self.max_len = hf_positions(self.model.config)
         self.min_len = 2
         self.device = device
 
@@ -111,20 +113,37 @@ class HFScorer:
         return sums.cpu(), counts.cpu()
 
 
-def import_transformers(spec: str):
+def hf_positions(config) -> int:
+    return getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None) or 1024
+
+
+def hf_config_positions(spec: str, flag: str) -> int:
+    """Positions of an hf: model from its config alone (before any weights are read)."""
+    transformers = import_transformers(spec, flag)
+    transformers.utils.logging.set_verbosity_error()
+    try:
+        return hf_positions(transformers.AutoConfig.from_pretrained(spec[len(HF_PREFIX) :]))
+    except Exception as e:  # offline, unknown name
+        first_line = str(e).splitlines()[0][:160] if str(e) else ""
+        raise UserError(f"{flag} {spec!r} cannot load ({type(e).__name__}: {first_line})") from None
+
+
+def import_transformers(spec: str, flag: str = "--scorer"):
     try:
         import transformers
     except ImportError:
-        raise UserError(f"--scorer {spec!r} needs the `transformers` package, which is not installed") from None
+        raise UserError(
+            f"{flag} {spec!r} needs the `transformers` package, which is not installed (pip install -e '.[eval]')"
+        ) from None
     return transformers
 
 
-def check_scorer_arg(spec: str) -> None:
+def check_scorer_arg(spec: str, flag: str = "--scorer") -> None:
     """Cheap checks before loading anything: the package for hf:, a converted folder otherwise."""
     if spec.startswith(HF_PREFIX):
         if len(spec) == len(HF_PREFIX):
-            raise UserError(f"--scorer {spec!r}: give a model after 'hf:', e.g. hf:gpt2-large")
-        import_transformers(spec)
+            raise UserError(f"{flag} {spec!r}: give a model after 'hf:', e.g. hf:gpt2-large")
+        import_transformers(spec, flag)
         return
     from ..model_dir import read_config
 

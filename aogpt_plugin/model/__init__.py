@@ -1,6 +1,14 @@
 """AO-GPT model: args, flavors and the decoder (pure PyTorch, no torchtitan import)."""
 
 from .args import CONDITIONINGS, FLAVORS, AOGPTModelArgs
-from .model import AOGPT
 
 __all__ = ["AOGPT", "AOGPTModelArgs", "CONDITIONINGS", "FLAVORS"]
+
+
+def __getattr__(name: str):
+    """AOGPT on first use: the args and flavors alone load no torch (fast `aogpt ... --help`)."""
+    if name == "AOGPT":
+        from .model import AOGPT
+
+        return AOGPT
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-
-import torch.nn as nn
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch.nn as nn
 
 CONDITIONINGS = ("adaln", "concat", "none")
 
@@ -93,6 +95,8 @@ class AOGPTModelArgs:
         counted densely as torchtitan does for causal attention. Embedding lookups cost nothing.
         """
         nparams = sum(p.numel() for p in model.parameters())
+        import torch.nn as nn
+
         matmul_params = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
         flops = 6 * matmul_params + 12 * self.n_layers * self.dim * seq_len
         return nparams, flops

@@ -7,31 +7,33 @@ Pure PyTorch -- importing or running it pulls in no torchtitan and needs no proc
 
     model = load_model_dir("out/aogpt-small").model
     result = generate(model, SampleConfig(length=256, steps=64, num_samples=4, seed=0))
+    exact, stats = speculative_generate(model, SampleConfig(length=256, num_samples=4), draft="auto")
 """
 
-from .generate import (
-    GenerationResult,
-    SampleConfig,
-    StepRecord,
-    generate,
-    noise_generator,
-    plan_generator,
-    samples_record,
-)
-from .prompt import Prompt, PromptBuilder, parse_infill
-from .sampling import SamplingParams, sample_tokens
+import importlib
 
-__all__ = [
-    "GenerationResult",
-    "Prompt",
-    "PromptBuilder",
-    "SampleConfig",
-    "SamplingParams",
-    "StepRecord",
-    "generate",
-    "noise_generator",
-    "parse_infill",
-    "plan_generator",
-    "sample_tokens",
-    "samples_record",
-]
+_EXPORTS = {  # name: module that defines it (imported on first use: `aogpt sample --help` loads no torch)
+    "GenerationResult": "generation",
+    "SampleConfig": "generation",
+    "StepRecord": "generation",
+    "generate": "generation",
+    "noise_generator": "generation",
+    "plan_generator": "generation",
+    "samples_record": "generation",
+    "Prompt": "prompt",
+    "PromptBuilder": "prompt",
+    "parse_infill": "prompt",
+    "SamplingParams": "sampling",
+    "sample_tokens": "sampling",
+    "SpeculativeStats": "speculative",
+    "speculative_generate": "speculative",
+}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    globals()[name] = value
+    return value

@@ -38,6 +38,13 @@ def add_to(subparsers) -> None:
         metavar="JSON",
         help='given spans: \'{"spans": [{"start": 40, "text": "..."}, {"start": 90, "tokens": [464]}]}\' or @FILE',
     )
+    p.add_argument(
+        "--speculative",
+        default=None,
+        metavar="K|auto",
+        help="exact any-order speculative sampling with K drafts per round, or auto (adapts K): the T=N "
+        "distribution in fewer forward passes (excludes --steps/--schedule/--counts)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--backend", choices=("auto", "sdpa", "flex"), default="auto", help="attention (auto: per device)")
     add_runtime_args(p)
@@ -69,9 +76,17 @@ def _prompt(args, config):
 def check_args(args):
     """(config, SampleConfig, Prompt) from the command line and config.json alone -- no weights read."""
     from ..model_dir import read_config
-    from .generate import SampleConfig
+    from .generation import SampleConfig
     from .sampling import SamplingParams
 
+    if args.speculative is not None:
+        from .speculative import parse_draft
+
+        args.speculative = parse_draft(args.speculative)
+        for flag, value, default in (("--steps", args.steps, None), ("--schedule", args.schedule, "linear"),
+                                     ("--counts", args.counts, "deterministic")):  # fmt: skip
+            if value != default:
+                raise UserError(f"{flag} does not apply with --speculative (it samples the T=N distribution); drop it")
     config = read_config(args.model)
     model_args = config.model_args
     length = model_args.max_seq_len if args.length is None else args.length
@@ -98,14 +113,24 @@ def check_args(args):
 def run(args) -> int:
     from ..devices import device_name, resolve_device, resolve_dtype
     from ..model_dir import load_model_dir
-    from .generate import generate, samples_record
+    from .generation import generate, samples_record
 
     config, sample_config, prompt = check_args(args)
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype)
     model_dir = load_model_dir(args.model, device=device, dtype=dtype)
     progress = not args.no_progress
-    result = generate(model_dir.model, sample_config, prompt, progress=progress)
+    speculative = {}
+    if args.speculative is None:
+        result = generate(model_dir.model, sample_config, prompt, progress=progress)
+    else:
+        from .speculative import speculative_generate
+
+        result, stats = speculative_generate(
+            model_dir.model, sample_config, args.speculative, prompt, progress=progress
+        )
+        generated = sample_config.length - len(prompt)  # per sample; a forward serves the whole batch
+        speculative = {"speculative": args.speculative, **stats.as_dict(generated, result.forward_passes)}
     tokenizer = model_dir.tokenizer(check_vocab=False)
     tokens = result.tokens.tolist()
     texts = [tokenizer.decode(row) for row in tokens]
@@ -132,15 +157,21 @@ def run(args) -> int:
             device=device_name(device),
             backend=args.backend,
             dtype=args.dtype,
+            **speculative,
         )
         print(json.dumps(out))
         return 0
     for i, text in enumerate(texts):
         print(f"=== sample {i} ===")
         print(text)
+    how = (
+        f"speculative (draft {args.speculative}): {speculative['tokens_per_forward']:.2f} tokens per forward, "
+        f"draft acceptance {speculative['draft_acceptance_rate']:.2f}, "
+        if speculative
+        else f"{result.steps} steps, "
+    )
     print(
-        f"{result.steps} steps, {result.forward_passes} forward passes, {result.tokens_per_second:.1f} tokens/s "
-        f"on {device_name(device)}",
+        f"{how}{result.forward_passes} forward passes, {result.tokens_per_second:.1f} tokens/s on {device_name(device)}",
         file=sys.stderr,
     )
     return 0

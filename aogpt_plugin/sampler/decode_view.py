@@ -28,10 +28,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..devices import LINEAR_KERNELS
 from ..errors import UserError
 
 # ---- Linear kernels -------------------------------------------------------------------------
-LINEAR_KERNELS = ("auto", "aten", "onednn")
+# LINEAR_KERNELS (the choices) live in devices.py with the other runtime flags
 
 # Row count oneDNN lays the packed weight out for; 4 was best or within noise of best for 1-256 rows.
 PACK_ROWS_HINT = 4

@@ -75,6 +75,27 @@ def test_json_run_reports_every_variant_and_round(capsys, tmp_path):
     assert out["command"] in docs.read_text()
 
 
+def test_a_trained_model_times_speculative_sampling_against_t_n_and_ar(capsys, tmp_path):
+    from conftest import tiny_model
+
+    from aogpt_plugin.model_dir import save_model
+
+    save_model(tiny_model("adaln", max_seq_len=16, preset="sampler"), str(tmp_path / "model"))
+    args = parse(["--model", str(tmp_path / "model"), "--n", "12", "--speculative", "auto", "--repeats", "2", "--json"])
+    assert bench_command.run(args) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(out["rounds"][0]) == {"ao 12", "ao 3", "ao 1", "spec", "ar"}  # no random-weight encoder
+    assert 1 <= out["spec_forward_passes"] <= 12 and out["spec_forwards_per_token"] <= 1
+    for key in ("spec_vs_sequential_speedup", "spec_vs_ar_time_ratio"):
+        lo, hi = out["ratio_range"][key]
+        assert 0 < lo <= out[key] <= hi
+    assert "encoder_seconds" not in out and "ao_vs_encoder_speedup" not in out
+    assert out["command"].startswith(f"aogpt bench sampler --model {tmp_path / 'model'} --n 12")
+    assert "--speculative auto" in out["command"]
+    with pytest.raises(UserError, match="--n 17 is outside 1..16"):
+        bench_command.check_args(parse(["--model", str(tmp_path / "model"), "--n", "17"]))
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
@@ -83,6 +104,7 @@ def test_json_run_reports_every_variant_and_round(capsys, tmp_path):
         (["--batch", "0"], "--batch 0 must be >= 1"),
         (["--threads", "0"], "--threads 0 must be >= 1"),
         (["--repeats", "0"], "--repeats 0 must be >= 1"),
+        (["--speculative", "x"], "--speculative 'x' is not allowed"),
     ],
 )
 def test_bad_arguments_are_one_line_errors(argv, message):

@@ -17,16 +17,18 @@ def parse(argv):
     return parser.parse_args(["train", *argv])
 
 
-def test_reports_ao_and_ar_step_times_and_their_ratio(capsys):
-    args = parse(["--flavor", "debugmodel", "--seq-len", "16", "--batch", "2", "--steps", "1", "--rounds", "1"])
+def test_reports_rounds_and_the_median_of_per_round_ratios_with_their_range(capsys):
+    args = parse(["--flavor", "debugmodel", "--seq-len", "16", "--batch", "2", "--steps", "2", "--rounds", "3"])
     args.json = True
     assert train_bench.run(args) == 0
-    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    captured = capsys.readouterr()
+    out = json.loads(captured.out.strip().splitlines()[-1])
     assert set(out["median_step_ms"]) == {"ar", "ao"} and min(out["median_step_ms"].values()) > 0
-    assert out["ao_vs_ar_step_time_ratio"] == pytest.approx(
-        out["median_step_ms"]["ao"] / out["median_step_ms"]["ar"], rel=1e-2
-    )
+    per_round = sorted(r["ao"] / r["ar"] for r in out["rounds"])
+    assert len(per_round) == 3 and out["ao_vs_ar_step_time_ratio"] == pytest.approx(per_round[1], rel=1e-3)
+    assert out["ratio_range"] == pytest.approx([per_round[0], per_round[2]], rel=1e-3)
     assert out["seq_len"] == 16 and out["device"].startswith("cpu (")
+    assert "round 3/3" in captured.err  # progress while it runs
 
 
 @pytest.mark.parametrize(

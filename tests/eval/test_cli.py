@@ -18,12 +18,6 @@ GPT2_VOCAB = 50257
 SEQ = 24  # the saved models' positions
 
 
-@pytest.fixture(autouse=True)
-def eval_commands_only(monkeypatch):
-    """Only the eval commands: the test must not depend on other packages' CLIs being importable."""
-    monkeypatch.setattr(cli, "COMMAND_MODULES", ("aogpt_plugin.eval.cli",))
-
-
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("models") / "tiny-gpt2"
@@ -204,6 +198,16 @@ def test_genppl_samples_from_a_model_then_scores_them(capsys, tmp_path, model_di
     assert from_file["sample_ppls"] == pytest.approx(rec["sample_ppls"], rel=1e-6)
 
 
+def test_genppl_scores_speculative_samples(capsys, model_dir):
+    argv = ["eval", "genppl", "--model", model_dir, "--scorer", model_dir, "--num-samples", "3"]
+    argv += ["--length", "16", "--speculative", "auto", "--batch-size", "2", "--seed", "1"]
+    rec = run_json(capsys, argv)
+    meta = rec["samples_meta"]
+    assert rec["samples"] == 3 and meta["speculative"] == "auto" and meta["steps"] == 16
+    assert 2 <= meta["forward_passes"] <= 32  # two batches, at most one forward per token of a sample
+    assert run_json(capsys, argv)["sample_ppls"] == rec["sample_ppls"]
+
+
 def test_genppl_errors(capsys, tmp_path, model_dir, monkeypatch):
     ids = [[1, 2, 3, 4]]
     other = sampler_json(tmp_path / "other.json", ids)
@@ -224,6 +228,10 @@ def test_genppl_errors(capsys, tmp_path, model_dir, monkeypatch):
     assert f"above the {SEQ} positions" in run_error(capsys, [*base, "--samples", long])
     assert "needs --num-samples" in run_error(capsys, ["eval", "genppl", "--model", model_dir, "--scorer", model_dir])
     assert "needs --model" in run_error(capsys, [*base, "--samples", good, "--num-samples", "2"])
+    assert "--speculative needs --model" in run_error(capsys, [*base, "--samples", good, "--speculative", "2"])
+    drawn = ["eval", "genppl", "--model", model_dir, "--scorer", model_dir, "--num-samples", "2", "--speculative"]
+    assert "--speculative 99 is not allowed" in run_error(capsys, [*drawn, "99"])
+    assert "--steps does not apply" in run_error(capsys, [*drawn, "2", "--steps", "4"])
     monkeypatch.setitem(__import__("sys").modules, "transformers", None)
     msg = run_error(capsys, ["eval", "genppl", "--samples", good, "--scorer", "hf:gpt2-large"])
     assert "needs the `transformers` package" in msg
@@ -238,7 +246,6 @@ def test_data_counts_without_a_model(capsys, text_file):
 def test_genppl_reads_aogpt_sample_json(capsys, tmp_path, model_dir, monkeypatch):
     """The real `aogpt sample --json` output, redirected to a file, is accepted by --samples."""
     pytest.importorskip("aogpt_plugin.sampler.cli")
-    monkeypatch.setattr(cli, "COMMAND_MODULES", ("aogpt_plugin.sampler.cli", "aogpt_plugin.eval.cli"))
     argv = ["sample", "--model", model_dir, "--num-samples", "2", "--length", "12", "--steps", "3", "--seed", "4"]
     assert cli.main([*argv, "--json", "--no-progress"]) == 0
     drawn = json.loads(capsys.readouterr().out)

@@ -54,6 +54,9 @@ BAD = [
     (["--prompt", " hello world"], "outside the vocabulary"),  # GPT-2 ids >= this model's 61
     (["--infill", "{oops"], "not valid JSON"),
     (["--order", "r2l"], "invalid choice"),
+    (["--speculative", "0"], "--speculative 0 is not allowed"),
+    (["--speculative", "3", "--steps", "4"], "--steps does not apply with --speculative"),
+    (["--speculative", "auto", "--counts", "binomial"], "--counts does not apply"),
 ]
 
 
@@ -87,6 +90,22 @@ def test_sample_json(capsys, model_dir):
     assert data["tokens_per_second"] > 0 and data["device"].startswith("cpu")
     code2, out2, _ = run_cli(capsys, argv)
     assert json.loads(out2)["tokens"] == data["tokens"]  # seeded
+
+
+def test_speculative_json_reports_forwards_and_accepted_tokens(capsys, model_dir):
+    argv = ["sample", "--model", model_dir, "--num-samples", "2", "--length", "20", "--speculative", "3", "--json"]
+    argv += ["--infill", '{"spans": [{"start": 4, "tokens": [7, 8]}]}', "--seed", "3"]
+    code, out, err = run_cli(capsys, argv)
+    assert code == 0, err
+    data = json.loads(out)
+    assert all(t[4:6] == [7, 8] for t in data["tokens"])
+    assert data["speculative"] == 3 and data["draft_sizes"] == [3]
+    assert 1 <= data["forward_passes"] <= 18  # never more forwards than tokens of a sample
+    assert data["tokens_per_forward"] == round(18 / data["forward_passes"], 4)
+    assert 0 < data["draft_acceptance_rate"] < 1
+    assert json.loads(run_cli(capsys, argv)[1])["tokens"] == data["tokens"]  # seeded
+    code, _, err = run_cli(capsys, ["sample", "--model", model_dir, "--length", "12", "--speculative", "auto"])
+    assert code == 0 and "tokens per forward" in err and "forward passes" in err
 
 
 def test_sample_text(capsys, model_dir):

@@ -137,3 +137,8 @@ def test_samples_are_in_vocab_and_complete(ao_model):
     assert (result.tokens >= 0).all() and (result.tokens < ao_model.model_args.vocab_size).all()
     assert torch.equal(result.orders.sort(dim=1).values, torch.arange(40).expand(4, 40))
     assert result.forward_passes == 3 and result.generated_tokens == 160
+
+
+def test_the_progress_bar_ends_at_its_total(capsys, ao_model):
+    generate(ao_model, SampleConfig(length=12, steps=12, seed=0), progress=True)
+    assert "12/12" in capsys.readouterr().err

@@ -52,3 +52,30 @@ def test_ratio_cells_show_the_range_of_several_rounds():
     }
     text = update_text("", {**RESULT, "repeats": 3, "ratio_range": ranges})
     assert "| 30.00x [29.50x, 31.00x] | 1.053 [1.010, 1.100] | 3.17x [3.05x, 3.30x] |" in text
+
+
+def test_a_speculative_run_goes_to_its_own_table_and_leaves_the_sampler_table_alone():
+    from update_benchmarks_doc import SPEC_END, SPEC_START
+
+    spec = {
+        "command": "aogpt bench sampler --model m --n 16 --batch 1 --repeats 3 --speculative auto",
+        "device": "cpu (test, 1 threads)",
+        "n": 16,
+        "batch": 1,
+        "repeats": 3,
+        "ao_seconds": {"16": 0.2, "4": 0.06, "1": 0.02},
+        "ao_forward_passes": {"16": 16, "4": 4, "1": 1},
+        "ar_seconds": 0.19,
+        "ar_forward_passes": 16,
+        "spec_seconds": 0.1,
+        "spec_forward_passes": 7,
+        "spec_forwards_per_token": 0.4375,
+        "spec_vs_sequential_speedup": 2.0,
+        "spec_vs_ar_time_ratio": 0.526,
+        "ratio_range": {"spec_vs_sequential_speedup": [1.8, 2.2], "spec_vs_ar_time_ratio": [0.5, 0.6]},
+    }
+    sampler = update_text("# Benchmarks\n", RESULT)
+    both = update_text(sampler, spec)
+    assert both.startswith(sampler) and SPEC_START in both and SPEC_END in both
+    assert "| 16 / 7 / 16 | 0.438 | 2.00x [1.80x, 2.20x] | 0.526 [0.500, 0.600] |" in both
+    assert update_text(both, {**spec, "spec_seconds": 0.09}).count("--speculative auto") == 1  # replaced

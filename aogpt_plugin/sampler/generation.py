@@ -25,12 +25,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..devices import synchronize
+from ..devices import LINEAR_KERNELS, synchronize
 from ..errors import UserError
 from ..model import AOGPT
 from ..orders import READ_ORDERS
 from ..seeding import stream_generator
-from .decode_view import LINEAR_KERNELS
 from .decoder import BACKENDS, CachedDecoder
 from .prompt import Prompt, generation_orders
 from .sampling import SamplingParams, noise_workspace, sample_tokens
@@ -168,23 +167,9 @@ def generate(
             continue  # Lemma 4.1: nothing unmasked, nothing to compute
         active = new > 0
         width = torch.where(active, pending + new - 1, 0)
-        q_len, out_len = int(width.max()), int(new.max())
-        q = torch.arange(q_len)
-        valid = q < width[:, None]
-        slot = cache_len[:, None] + q  # cache slot (= decoder slot) of query q; also its target index
-        reads = torch.where(valid, cache_len[:, None] + torch.minimum(q, pending[:, None] - 1), 0)
-        lockstep = bool(active.all() and (cache_len == cache_len[0]).all() and (width == width[0]).all())
-        write = int(cache_len[0]) if lockstep else torch.where(valid, slot, scratch).to(device)
-        rows = torch.clamp(pending[:, None] - 1 + torch.arange(out_len), max=q_len - 1)
-
-        reads, targets_at = reads.to(device), torch.where(valid, slot, 0).to(device)
-        prev = (reads - 1).clamp(min=0)
-        h, cond = decoder.embed(
-            in_order.gather(1, prev), order_dev.gather(1, prev), reads == 0, order_dev.gather(1, targets_at)
-        )
-        mask, kv_len = decoder.step_mask(cache_len, pending, width, q_len)
-        h = decoder.forward(h, cond, write, mask, kv_len)
-        logits = decoder.logits(h, cond, rows.to(device))
+        out_len = int(new.max())
+        rows = torch.clamp(pending[:, None] - 1 + torch.arange(out_len), max=int(width.max()) - 1)
+        logits = forward_step(decoder, in_order, order_dev, cache_len, pending, width, rows)
         tokens = sample_tokens(logits, args.vocab_size, config.sampling, noise, workspace)
         forward_passes += 1
 
@@ -197,6 +182,7 @@ def generate(
         known = known + new
         pending = known + 1 - cache_len
         bar.set_postfix(forwards=forward_passes, refresh=False)
+    bar.refresh()  # tqdm draws at most every 0.1 s: show the total before the bar goes
     bar.close()
 
     tokens = torch.zeros(batch, n, dtype=torch.long, device=device).scatter_(1, order_dev, in_order[:, :n])
@@ -204,6 +190,33 @@ def generate(
     synchronize(device)
     seconds = time.perf_counter() - start_time
     return GenerationResult(tokens, orders, given, config.steps, forward_passes, seconds, trace)
+
+
+def forward_step(decoder, in_order, order_dev, cache_len, pending, width, rows) -> torch.Tensor:
+    """One cached forward of every sample's step; logits (B, R, padded vocab) of query rows `rows` (B, R).
+
+    Per sample (host tensors (B,)): cache slots 0..cache_len-1 are encoded; `pending` real slots
+    cache_len..L follow (slot j reads the token at order index j - 1 of `in_order`, [None] for j = 0,
+    and is conditioned on target sigma(j)), then width - pending duplicates of slot L conditioned on
+    sigma(L + 1), sigma(L + 2), ...; a sample with width 0 takes no part (its rows are padding).
+    """
+    device, scratch = in_order.device, in_order.shape[1] - 1
+    q_len = int(width.max())
+    q = torch.arange(q_len)
+    valid = q < width[:, None]
+    slot = cache_len[:, None] + q  # cache slot (= decoder slot) of query q; also its target index
+    reads = torch.where(valid, cache_len[:, None] + torch.minimum(q, pending[:, None] - 1), 0)
+    active = width > 0
+    lockstep = bool(active.all() and (cache_len == cache_len[0]).all() and (width == width[0]).all())
+    write = int(cache_len[0]) if lockstep else torch.where(valid, slot, scratch).to(device)
+    reads, targets_at = reads.to(device), torch.where(valid, slot, 0).to(device)
+    prev = (reads - 1).clamp(min=0)
+    h, cond = decoder.embed(
+        in_order.gather(1, prev), order_dev.gather(1, prev), reads == 0, order_dev.gather(1, targets_at)
+    )
+    mask, kv_len = decoder.step_mask(cache_len, pending, width, q_len)
+    h = decoder.forward(h, cond, write, mask, kv_len)
+    return decoder.logits(h, cond, rows.to(device))
 
 
 def _progress_bar(total: int, enabled: bool):

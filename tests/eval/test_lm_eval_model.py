@@ -1,0 +1,130 @@
+"""The lm-evaluation-harness model: loglikelihood_rolling equals `aogpt eval ppl` on the same text, the
+conditional loglikelihood is the sum of the continuation's slots, generation honours stop sequences,
+and a local LAMBADA task runs offline through `aogpt lm-eval`."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+from conftest import ROOT, SHARED_DATA, tiny_model
+
+pytest.importorskip("lm_eval")
+
+from lm_eval.api.instance import Instance  # noqa: E402
+
+from aogpt_plugin.cli import main  # noqa: E402
+from aogpt_plugin.errors import UserError  # noqa: E402
+from aogpt_plugin.eval.lm_eval_model import AOGPTLM  # noqa: E402
+from aogpt_plugin.likelihood import token_nlls  # noqa: E402
+from aogpt_plugin.model_dir import save_model  # noqa: E402
+
+SEQ = 24
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("lm_eval") / "tiny"
+    save_model(tiny_model(vocab_size=50257, max_seq_len=SEQ, dim=32, scale=5.0, preset="eval"), str(path))
+    return str(path)
+
+
+def request(kind, *args, idx=0):
+    return Instance(request_type=kind, doc={}, arguments=args, idx=idx)
+
+
+def text_of(tokens: int, lm: AOGPTLM) -> str:
+    """A text whose GPT-2 encoding has exactly `tokens` tokens."""
+    words = " ".join(f"w{i}" for i in range(200))
+    ids = lm.tok.encode(words)[:tokens]
+    text = lm.tok.decode(ids)
+    assert len(lm.tok.encode(text)) == tokens
+    return text
+
+
+@pytest.mark.parametrize("order,orders", [("l2r", 1), ("random", 2)])
+def test_rolling_loglikelihood_is_the_eval_ppl_estimate_on_the_same_text(capsys, tmp_path, model_dir, order, orders):
+    lm = AOGPTLM(pretrained=model_dir, order=order, orders=orders, batch_size=3)
+    text = text_of(2 * SEQ - 1, lm)  # + EOS = two windows, as `aogpt eval ppl` packs one document
+    (rolling,) = lm.loglikelihood_rolling([request("loglikelihood_rolling", text)], disable_tqdm=True)
+    data = tmp_path / "doc.jsonl"
+    data.write_text(json.dumps({"text": text}) + "\n")
+    argv = ["eval", "ppl", "--model", model_dir, "--dataset", str(data), "--order", order, "--seq-len", str(SEQ)]
+    argv += ["--orders", str(orders), "--json", "--no-progress"]
+    assert main(argv) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["tokens"] == 2 * SEQ and record["dropped_tokens"] == 0
+    assert -rolling / (2 * SEQ) == pytest.approx(record["nll"], rel=1e-6)
+
+
+def test_loglikelihood_is_the_sum_over_the_continuation_given_the_context(model_dir):
+    lm = AOGPTLM(pretrained=model_dir, batch_size=2)
+    pairs = [("The cat sat on the", " mat"), ("A", " long way to go"), ("", " Hello")]
+    results = lm.loglikelihood([request("loglikelihood", c, k, idx=i) for i, (c, k) in enumerate(pairs)], True)
+    for (context, continuation), (logp, _greedy) in zip(pairs, results, strict=True):
+        ctx, cont = lm.tok.encode(context) if context else [], lm.tok.encode(continuation)
+        nll = token_nlls(lm.model, torch.tensor([ctx + cont]), None)[0]
+        assert logp == pytest.approx(-float(nll[len(ctx) :].sum()), rel=1e-5)
+    # trailing spaces of the context move to the continuation (lm_eval's rule)
+    assert lm._encode_pair("The cat ", "sat") == lm._encode_pair("The cat", " sat")
+    # any order: the context's positions first (shuffled), then the continuation's; the mean over orders
+    ao = AOGPTLM(pretrained=model_dir, order="random", orders=3)
+    ((logp, _),) = ao.loglikelihood([request("loglikelihood", "A", " long way to go")], True)
+    ctx, cont = ao._encode_pair("A", " long way to go")
+    c, k = len(ctx), len(cont)
+    tokens, per_order = torch.tensor([ctx + cont]), []
+    for draw in range(3):
+        order = ao._orders([(c, k)], c + k, draw, 0)
+        assert sorted(order[0, :c].tolist()) == list(range(c))
+        per_order.append(-float(token_nlls(ao.model, tokens, order)[0, c:].sum()))
+    assert logp == pytest.approx(sum(per_order) / 3, rel=1e-5)
+    assert len(set(round(v, 4) for v in per_order)) == 3 and logp != pytest.approx(results[1][0], rel=1e-4)
+
+
+def test_generate_until_stops_at_the_stop_sequence_and_is_greedy_by_default(model_dir):
+    lm = AOGPTLM(pretrained=model_dir, max_gen_toks=12)
+    free = lm.generate_until([request("generate_until", "The cat", {"until": []})], True)[0]
+    again = lm.generate_until([request("generate_until", "The cat", {"until": []})], True)[0]
+    assert free == again and len(lm.tok.encode(free)) >= 6  # greedy: deterministic
+    stop = free[len(free) // 2 : len(free) // 2 + 2]
+    cut = lm.generate_until([request("generate_until", "The cat", {"until": [stop]})], True)[0]
+    assert cut == free[: free.find(stop)]
+    ao = AOGPTLM(pretrained=model_dir, order="random", max_gen_toks=8)
+    assert isinstance(ao.generate_until([request("generate_until", "The cat", {"until": ["\n"]})], True)[0], str)
+
+
+def test_bad_model_args_are_one_line_errors(model_dir):
+    with pytest.raises(UserError, match="order='r2l' is not allowed; allowed: l2r, random"):
+        AOGPTLM(pretrained=model_dir, order="r2l")
+    with pytest.raises(UserError, match="orders=2 is not allowed"):
+        AOGPTLM(pretrained=model_dir, order="l2r", orders=2)
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "lambada" / "lambada_test.jsonl").exists(), reason="needs ../shared/data")
+def test_local_lambada_task_runs_offline_through_aogpt_lm_eval(tmp_path, model_dir, monkeypatch):
+    task = (ROOT / "lm_eval_tasks" / "lambada_local.yaml").read_text()
+    task = task.replace("../shared/data/lambada", str(SHARED_DATA / "lambada"))
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "lambada_local.yaml").write_text(task)
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    out = tmp_path / "results"
+    argv = [
+        "lm-eval",
+        "--model",
+        "aogpt",
+        "--model_args",
+        f"pretrained={model_dir}",
+        "--batch_size",
+        "4",
+        "--device",
+        "cpu",
+    ]
+    argv += ["--tasks", "lambada_local", "--include_path", str(tmp_path / "tasks"), "--limit", "6"]
+    argv += ["--output_path", str(out)]
+    assert main(argv) == 0
+    (found,) = [os.path.join(d, f) for d, _, files in os.walk(out) for f in files if f.startswith("results")]
+    results = json.loads(open(found).read())["results"]["lambada_local"]
+    assert 0.0 <= results["acc,none"] <= 1.0 and results["perplexity,none"] > 1.0
