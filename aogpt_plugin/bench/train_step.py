@@ -7,7 +7,9 @@ tokens (data loading is excluded on purpose: it is identical for both). Variants
 interleaved rounds so that drift (thermal, other processes) hits both alike: each round times every
 variant for --steps steps in turn, and prints its medians as it goes (stderr). Step times are
 medians over all timed steps; the AO / AR ratio is the median of the per-round ratios, with their
-[min, max]. Goal (issue 2): AO / AR <= 1.10.
+[min, max]. TFLOP/s count the model FLOPs of AOGPTModelArgs.get_nparams_and_flops; MFU divides
+them by the device's dense bf16 peak (H100/H200: 989.4 TFLOP/s) and is reported only for bf16 on a
+GPU of BF16_PEAK_FLOPS (never on a CPU). Goal (issue 2): AO / AR <= 1.10.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from ..errors import UserError
 from ..model import FLAVORS
 from . import median_and_range
 
+# dense bf16 peak FLOP/s (no sparsity) by device-name fragment, for MFU; other devices report none
+BF16_PEAK_FLOPS = {"H100": 989.4e12, "H200": 989.4e12, "A100": 312e12}
 VARIANTS = {"ar": ("none", "l2r"), "ao": ("adaln", "uniform"), "sigma": ("concat", "uniform")}
 
 
@@ -88,6 +92,7 @@ class Variant:
             self.labels = None  # gathered inside the step, as the dataloader does per batch
         self.device, self.dtype = device, dtype
         self.tokens_per_step = batch * seq_len
+        self.flops_per_token = args.get_nparams_and_flops(self.model, seq_len)[1]
 
     def step(self) -> None:
         import torch
@@ -134,6 +139,10 @@ def run(args) -> int:
         rounds.append(this_round)
         say(f"  round {i + 1}/{args.rounds}: " + "  ".join(f"{v} {ms:.2f} ms" for v, ms in this_round.items()))
     ms = {v: 1000 * statistics.median(t) for v, t in times.items()}
+    tps = {v: built[v].tokens_per_step / (m / 1000) for v, m in ms.items()}
+    achieved = {v: tps[v] * built[v].flops_per_token for v in variants}
+    name = device_name(device)
+    peak = next((f for key, f in BF16_PEAK_FLOPS.items() if key in name), None) if dtype_name == "bfloat16" else None
     result = {
         "flavor": args.flavor,
         "seq_len": seq_len,
@@ -143,7 +152,10 @@ def run(args) -> int:
         "compile": args.compile,
         "timed_steps_per_variant": args.steps * args.rounds,
         "median_step_ms": {v: round(m, 3) for v, m in ms.items()},
-        "tokens_per_s": {v: round(built[v].tokens_per_step / (m / 1000), 1) for v, m in ms.items()},
+        "tokens_per_s": {v: round(tps[v], 1) for v in variants},
+        "tflops": {v: round(achieved[v] / 1e12, 3) for v in variants},  # model FLOPs (ModelArgs) per second
+        "peak_tflops": None if peak is None else round(peak / 1e12, 1),
+        "mfu": None if peak is None else {v: round(achieved[v] / peak, 4) for v in variants},
         "rounds": [{v: round(m, 3) for v, m in r.items()} for r in rounds],
     }
     if "ao" in ms and "ar" in ms:
@@ -156,7 +168,11 @@ def run(args) -> int:
         f"{args.flavor} seq {seq_len} batch {args.batch} on {result['device']} ({dtype_name}, compile={args.compile})"
     )
     for v in variants:
-        print(f"  {v:5s} {ms[v]:9.2f} ms/step  {result['tokens_per_s'][v]:10.0f} tokens/s")
+        mfu = f"  MFU {100 * result['mfu'][v]:.1f}% of {result['peak_tflops']} TFLOP/s" if result["mfu"] else ""
+        print(
+            f"  {v:5s} {ms[v]:9.2f} ms/step  {result['tokens_per_s'][v]:10.0f} tokens/s  "
+            f"{result['tflops'][v]:.3f} TFLOP/s{mfu}"
+        )
     if "ao_vs_ar_step_time_ratio" in result:
         lo, hi = result["ratio_range"]
         print(

@@ -94,9 +94,9 @@ class AOGPTModelArgs:
         projections and the LM head) plus attention scores/values, 12 * layers * dim * seq_len,
         counted densely as torchtitan does for causal attention. Embedding lookups cost nothing.
         """
-        nparams = sum(p.numel() for p in model.parameters())
         import torch.nn as nn
 
+        nparams = sum(p.numel() for p in model.parameters())
         matmul_params = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
         flops = 6 * matmul_params + 12 * self.n_layers * self.dim * seq_len
         return nparams, flops

@@ -29,6 +29,8 @@ def test_reports_rounds_and_the_median_of_per_round_ratios_with_their_range(caps
     assert out["ratio_range"] == pytest.approx([per_round[0], per_round[2]], rel=1e-3)
     assert out["seq_len"] == 16 and out["device"].startswith("cpu (")
     assert "round 3/3" in captured.err  # progress while it runs
+    assert out["mfu"] is None and out["peak_tflops"] is None  # no MFU on a CPU
+    assert out["tflops"]["ao"] > 0
 
 
 @pytest.mark.parametrize(

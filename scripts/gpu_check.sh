@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# One command that checks every CUDA path and records GPU throughput (issue 15), or proves itself on a CPU.
+#
+#   bash scripts/gpu_check.sh OUTDIR        # writes OUTDIR/gpu_check.log and OUTDIR/summary.json
+#
+# On the lent GPU machine (device tool; carry [".whl"] made by scripts/download_gpu_wheels.sh):
+#   bash scripts/gpu_check.sh "$OUT"
+# Steps: install the carried wheels where a package is missing (never replacing torch), print the
+# device, `pytest -m gpu` (bf16 + FSDP2/NCCL + compile + AC training with exact resume and convert,
+# float8, the sampler and eval on CUDA), then the benchmarks: `aogpt bench train` (small and medium,
+# seq 1024, bf16, compile) and `aogpt bench sampler` (small, n 1024, batch 1/8/32), each --json.
+# Without CUDA the same steps run in CPU mode: the gpu tests skip and the benchmarks use tiny sizes.
+# The JSON lines become docs rows with `python scripts/update_benchmarks_doc.py OUTDIR/bench_sampler_*.json`.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:?usage: bash scripts/gpu_check.sh OUTDIR}
+mkdir -p "$OUT"
+LOG="$OUT/gpu_check.log"
+: > "$LOG"
+PY=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
+export TIKTOKEN_CACHE_DIR=${TIKTOKEN_CACHE_DIR:-$PWD/../shared/data/tiktoken_cache}
+export AOGPT_DATA_DIR=${AOGPT_DATA_DIR:-$PWD/../shared/data}
+[ -d "$AOGPT_DATA_DIR" ] || export AOGPT_DATA_DIR=$PWD/shared/data   # a device run carries shared/ inside the tree
+[ -d "$TIKTOKEN_CACHE_DIR" ] || export TIKTOKEN_CACHE_DIR=$AOGPT_DATA_DIR/tiktoken_cache
+say() { echo "[gpu_check $(date +%H:%M:%S)] $*" | tee -a "$LOG"; }
+STEPS=()
+step() {  # step NAME CMD...: run, log, record the exit status
+    local name=$1; shift
+    say "$name: $*"
+    "$@" >>"$LOG" 2>&1
+    local rc=$?
+    STEPS+=("{\"step\": \"$name\", \"rc\": $rc}")
+    say "$name: exit $rc"
+}
+
+MISSING='import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ("torchtitan", "torchao", "torchdata", "datasets", "tyro")))'
+if [ -d .whl ] && ! "$PY" -c "$MISSING"; then
+    step install_wheels "$PY" -m pip install -q --no-index --no-deps .whl/*.whl
+fi
+"$PY" -c "import importlib.util as u, sys; sys.exit(u.find_spec('aogpt_plugin') is None)" || step install_project "$PY" -m pip install -q --no-deps --no-build-isolation -e .
+MODE=$("$PY" -c "import torch; print('gpu' if torch.cuda.is_available() else 'cpu')")
+"$PY" -c "
+import torch, platform
+print('torch', torch.__version__, 'python', platform.python_version())
+print('device', torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu')" | tee -a "$LOG"
+
+step pytest_gpu "$PY" -m pytest -m gpu tests/gpu -q -p no:cacheprovider --junitxml "$OUT/pytest_gpu.xml"
+AOGPT=("$PY" -m aogpt_plugin.cli)
+if [ "$MODE" = gpu ]; then
+    for flavor in small medium; do
+        step "bench_train_$flavor" sh -c "$(printf '%q ' "${AOGPT[@]}") bench train --flavor $flavor --seq-len 1024 --batch 8 --dtype bfloat16 --compile --json > $OUT/bench_train_$flavor.json"
+    done
+    for batch in 1 8 32; do
+        step "bench_sampler_b$batch" sh -c "$(printf '%q ' "${AOGPT[@]}") bench sampler --flavor small --n 1024 --batch $batch --repeats 3 --json > $OUT/bench_sampler_b$batch.json"
+    done
+else
+    step bench_train_cpu sh -c "$(printf '%q ' "${AOGPT[@]}") bench train --flavor debugmodel --seq-len 32 --batch 2 --steps 2 --rounds 2 --warmup 1 --json > $OUT/bench_train_debugmodel.json"
+    step bench_sampler_cpu sh -c "$(printf '%q ' "${AOGPT[@]}") bench sampler --flavor debugmodel --n 16 --batch 1 --repeats 2 --json > $OUT/bench_sampler_b1.json"
+fi
+
+"$PY" - "$OUT" "$MODE" "${STEPS[@]}" <<'PYEOF' | tee -a "$LOG"
+import glob, json, os, sys, xml.etree.ElementTree as ET
+out, mode, steps = sys.argv[1], sys.argv[2], [json.loads(s) for s in sys.argv[3:]]
+import torch
+summary = {"mode": mode, "torch": torch.__version__,
+           "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu", "steps": steps}
+xml = os.path.join(out, "pytest_gpu.xml")
+if os.path.exists(xml):
+    suite = ET.parse(xml).getroot().find("testsuite") or ET.parse(xml).getroot()
+    summary["pytest_gpu"] = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+summary["benches"] = {}
+for path in sorted(glob.glob(os.path.join(out, "bench_*.json"))):
+    try:
+        summary["benches"][os.path.basename(path)[:-5]] = json.loads(open(path).read().strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        summary["benches"][os.path.basename(path)[:-5]] = None
+summary["ok"] = all(s["rc"] == 0 for s in steps) and all(v is not None for v in summary["benches"].values())
+json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=1)
+print(f"summary: mode {mode}, ok {summary['ok']}, {len(steps)} steps -> {os.path.join(out, 'summary.json')}")
+PYEOF
+"$PY" -c "import json,sys; sys.exit(0 if json.load(open('$OUT/summary.json'))['ok'] else 1)"
