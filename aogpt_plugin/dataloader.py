@@ -7,6 +7,9 @@ by x[sigma]. What reaches `model(input, order=order)` and the loss:
     ({"input": x, "order": sigma}, x[sigma])
 
 The order stream index is part of the dataloader state, so a resumed run draws the same orders.
+With `[aogpt] shuffle_windows = K` the windows pass through a buffer of K first: each yield takes a
+seeded random slot of the buffer and refills it with the next window, so a batch is a random draw
+from K consecutive windows instead of a run of them; the buffer is in the state too (exact resume).
 The datasets aogpt adds to torchtitan's `DATASETS` table (`--training.dataset NAME`) live here too.
 """
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+import torch
 from torch.distributed.checkpoint.stateful import Stateful
 from torch.utils.data import IterableDataset
 
@@ -27,23 +31,41 @@ OPENWEBTEXT = "Skylion007/openwebtext"
 
 
 class OrderedTextDataset(IterableDataset, Stateful):
-    def __init__(self, base, sampler: OrderSampler, stream: int):
+    def __init__(self, base, sampler: OrderSampler, stream: int, shuffle_windows: int = 0, seed: int = 0):
         self.base, self.sampler, self.stream = base, sampler, stream
+        self.shuffle_windows, self.seed = shuffle_windows, seed
         self._index = 0  # sequences drawn so far on this stream
+        self._buffer: list = []  # windows waiting to be drawn (shuffle_windows > 0)
 
-    def __iter__(self):
+    def _windows(self):
         for input_dict, _shifted in self.base:
             x = input_dict["input"]
+            if not self.shuffle_windows:
+                yield x
+            elif len(self._buffer) < self.shuffle_windows:
+                self._buffer.append(x)
+            else:
+                g = stream_generator("train_shuffle", self.seed, self.stream, self._index)
+                slot = int(torch.randint(self.shuffle_windows, (1,), generator=g))
+                x, self._buffer[slot] = self._buffer[slot], x
+                yield x
+
+    def __iter__(self):
+        for x in self._windows():
             order = self.sampler.sample(self.stream, self._index)
             self._index += 1
             yield {"input": x, "order": order}, x[order]
 
     def state_dict(self):
-        return {"base": self.base.state_dict(), "order_index": self._index}
+        state = {"base": self.base.state_dict(), "order_index": self._index}
+        if self.shuffle_windows:
+            state["buffer"] = [t.clone() for t in self._buffer]
+        return state
 
     def load_state_dict(self, state_dict):
         self.base.load_state_dict(state_dict["base"])
         self._index = state_dict["order_index"]
+        self._buffer = list(state_dict.get("buffer", []))
 
 
 class SyntheticWindows(IterableDataset, Stateful):
@@ -96,7 +118,10 @@ def build_ordered_dataloader(dp_world_size, dp_rank, tokenizer, job_config, infi
             dp_world_size=dp_world_size,
             infinite=infinite,
         )
-    dataset = OrderedTextDataset(base, order_sampler_from_config(job_config), stream=dp_rank)
+    ao = job_config.aogpt
+    dataset = OrderedTextDataset(
+        base, order_sampler_from_config(job_config), dp_rank, ao.shuffle_windows if infinite else 0, ao.order_seed
+    )
     kwargs = {**asdict(training.dataloader), "batch_size": training.local_batch_size}
     return ParallelAwareDataloader(dataset, dp_rank=dp_rank, dp_world_size=dp_world_size, **kwargs)
 

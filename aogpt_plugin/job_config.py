@@ -79,6 +79,11 @@ class AOGPT:
     order_seed: int = 0
     """Seed of the order streams (mixed with the data-parallel rank and the sequence index)."""
 
+    shuffle_windows: int = 0
+    """Windows held in a shuffle buffer before they are batched (0: torchtitan's consecutive windows).
+    torchtitan packs documents into consecutive windows, so a small batch holds one or two articles;
+    a buffer of K windows makes each batch a random draw from K (the small-scale study needs it)."""
+
     tokenizer: str = "gpt2"
     """gpt2 (tiktoken, the paper's), a tokenizer.json path, or symbols:V (data/tokenizer.py); EOS ends every document."""
 
@@ -106,6 +111,8 @@ class AOGPT:
         check_tokenizer_spec(self.tokenizer, must_exist=False)  # the file: preflight, once CLI overrides are in
         if self.val_orders < 0:
             raise ConfigError(f"aogpt.val_orders={self.val_orders} must be >= 0")
+        if self.shuffle_windows < 0:
+            raise ConfigError(f"aogpt.shuffle_windows={self.shuffle_windows} is not allowed; allowed: 0 (off) or >= 1")
 
 
 @dataclass

@@ -45,6 +45,7 @@ STREAMS: dict[str, Stream] = {
     "train_order": Stream("order_seed, data-parallel rank, sequence index"),
     "train_fixed_order": Stream("order_seed", tag=0xF1CED, tag_first=False),
     "train_blockwise_order": Stream("order_seed", tag=0xB10C, tag_first=False),
+    "train_shuffle": Stream("order_seed, data-parallel rank, window index", tag=0x5F1E, tag_first=True),
     "validation_order": Stream("val_order_seed, data-parallel rank, window, order k"),
     "synthetic_train": Stream("source seed, data-parallel rank, chunk", tag=0x5EED7, tag_first=True),
     "synthetic_validation": Stream("source seed, data-parallel rank", tag=0x5EED7A1, tag_first=True),

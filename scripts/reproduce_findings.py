@@ -41,6 +41,13 @@ VARIANTS = {
     "ar": ("text", "none", "l2r", (0,), "plain GPT: left to right, no target conditioning"),
     "ar_adaln": ("text", "adaln", "l2r", (0,), "AR control with AO-GPT's architecture (adaLN), left to right"),
     "ao_random": ("text", "adaln", "random", (0, 1), "AO-GPT, uniformly random orders"),
+    "ao_random_shuf": (
+        "text",
+        "adaln",
+        "random",
+        (0,),
+        "AO-GPT, random orders, windows drawn from a shuffle buffer of 8192 (not consecutive)",
+    ),
     "ao_mix10": ("text", "adaln", "mixture", (0, 1), "AO-GPT, 90% random + 10% left-to-right orders (the paper's)"),
     "sigma_concat": (
         "text",
@@ -55,6 +62,7 @@ VARIANTS = {
     "syn_ao_random": ("synthetic", "adaln", "random", (0, 1), "AO-GPT, random orders"),
     "syn_sigma_concat": ("synthetic", "concat", "random", (0,), "sigma-GPT"),
 }
+SHUFFLED = {"ao_random_shuf": 8192}  # [aogpt] shuffle_windows of a variant (0: torchtitan's consecutive windows)
 TRACK = {  # what the recipes of a track share
     "text": dict(flavor="tiny", steps=1750, lr=3e-3, warmup=50, decay_ratio=0.2, ema=0.998, val_freq=250, interval=500),
     "synthetic": dict(flavor="tiny", steps=1200, lr=3e-3, warmup=50, decay_ratio=0.2, ema=0.998, val_freq=250, interval=500),
@@ -122,6 +130,7 @@ conditioning = "{conditioning}"
 order = "{order}"
 tokenizer = "{tokenizer}"
 val_orders = 2
+shuffle_windows = {shuffle}
 
 [ema]
 decay = {ema}              # about 1/(1 - decay) = {ema_steps} steps averaged, suited to {steps} steps
@@ -193,6 +202,7 @@ def write_recipes() -> None:
                 conditioning=conditioning,
                 order=order,
                 tokenizer="outputs/study/tokenizer.json" if text else "symbols:32",
+                shuffle=SHUFFLED.get(name, 0),
                 dataset="local" if text else "synthetic",
                 dataset_path=TRAIN_GLOB if text else SYNTHETIC,
                 val_path=HELDOUT if text else SYNTHETIC,
@@ -281,7 +291,7 @@ def measure_throughput(out: Path, plan: dict, tokenizer: Path) -> dict:
 
 def train_all(out: Path, plan: dict, variants, tokenizer: Path, workers: int) -> dict:
     """Trainings side by side in `workers` processes (measure_throughput decides), longest first."""
-    todo = sorted(runs(variants), key=lambda r: VARIANTS[r[1]][0] != "text")
+    todo = sorted(runs(variants), key=lambda r: VARIANTS[r[1]][0] != "text")  # stable: the given order within a track
     with ThreadPoolExecutor(workers) as pool:
         done = list(pool.map(lambda r: (r[0], train_run(*r, out, plan, tokenizer)), todo))
     return dict(done)

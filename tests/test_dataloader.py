@@ -17,9 +17,11 @@ from aogpt_plugin.preflight import parse_job_config  # noqa: E402
 aogpt_plugin.register()
 
 
-def _loader(rank=0, world=1, order="mixture", path=None):
+def _loader(rank=0, world=1, order="mixture", path=None, shuffle=0):
     cfg = parse_job_config(
         [
+            "--aogpt.shuffle_windows",
+            str(shuffle),
             "--job.config_file",
             "train_configs/aogpt_debug.toml",
             "--training.seq_len",
@@ -77,3 +79,27 @@ def test_ranks_read_different_data_and_orders():
     a, _ = next(iter(_loader(0, 2)))
     b, _ = next(iter(_loader(1, 2)))
     assert not torch.equal(a["input"], b["input"]) and not torch.equal(a["order"], b["order"])
+
+
+def test_a_shuffle_buffer_mixes_windows_and_resumes_exactly(tmp_path):
+    import json
+
+    tok = TiktokenTokenizer("gpt2")
+    docs = [f"Document number {i} says hello, and then it says goodbye to everyone." for i in range(300)]
+    (tmp_path / "docs.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    stream = [t for d in docs for t in tok.encode(d, add_eos=True)]
+    windows = [tuple(stream[i * 33 : i * 33 + 32]) for i in range(len(stream) // 33)]
+    position = {w: i for i, w in enumerate(windows)}
+    plain = _loader(order="l2r", path=tmp_path)
+    drawn = [position[tuple(r.tolist())] for (b, _), _ in zip(plain, range(4), strict=False) for r in b["input"]]
+    assert drawn == list(range(12))  # torchtitan: consecutive windows
+    loader = _loader(order="l2r", path=tmp_path, shuffle=16)
+    it = iter(loader)
+    first = [position[tuple(r.tolist())] for _ in range(4) for r in next(it)[0]["input"]]
+    assert sorted(first) != first and len(set(first)) == 12 and max(first) < 16 + 12  # a random draw from the buffer
+    state = loader.state_dict()
+    expected = [next(it)[0]["input"] for _ in range(3)]
+    fresh = _loader(order="l2r", path=tmp_path, shuffle=16)
+    fresh.load_state_dict(state)
+    got = [b["input"] for (b, _), _ in zip(fresh, range(3), strict=False)]
+    assert all(torch.equal(e, g) for e, g in zip(expected, got, strict=True))  # buffer and stream resumed
