@@ -286,6 +286,7 @@ def write_report(out: Path, docs: Path, results: dict, meta: dict) -> None:
         [
             ("ar_adaln - ao_random (same architecture)", "ar_adaln", "ao_random", "l2r", "negative"),
             ("ar (plain GPT) - ao_random", "ar", "ao_random", "l2r", "negative"),
+            ("ar_adaln - ao_random_shuf (AO with shuffled windows)", "ar_adaln", "ao_random_shuf", "l2r", "negative"),
         ],
     )
     finding(
@@ -302,12 +303,17 @@ def write_report(out: Path, docs: Path, results: dict, meta: dict) -> None:
         [
             ("3.1 L2R: ao_mix10 - ao_random", "ao_mix10", "ao_random", "l2r", "negative"),
             ("3.2 any order: ao_mix10 - ao_random", "ao_mix10", "ao_random", "random", "negative"),
+            ("3.1 L2R: ao_mix10_shuf - ao_random_shuf", "ao_mix10_shuf", "ao_random_shuf", "l2r", "negative"),
+            ("3.2 any order: ao_mix10_shuf - ao_random_shuf", "ao_mix10_shuf", "ao_random_shuf", "random", "negative"),
         ],
     )
     finding(
         "Appendix B.3.1 — adaLN target conditioning beats sigma-GPT's input concatenation",
         "Any-order held-out NLL (EMA); negative = adaLN is better.",
-        [("ao_random - sigma_concat", "ao_random", "sigma_concat", "random", "negative")],
+        [
+            ("ao_random - sigma_concat", "ao_random", "sigma_concat", "random", "negative"),
+            ("ao_random_shuf - sigma_concat_shuf", "ao_random_shuf", "sigma_concat_shuf", "random", "negative"),
+        ],
     )
     ao_variants = [v for v in R.variants if VARIANTS[v][2] != "l2r" and VARIANTS[v][0] == "text"]
     if ao_variants:

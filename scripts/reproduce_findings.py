@@ -41,12 +41,20 @@ VARIANTS = {
     "ar": ("text", "none", "l2r", (0,), "plain GPT: left to right, no target conditioning"),
     "ar_adaln": ("text", "adaln", "l2r", (0,), "AR control with AO-GPT's architecture (adaLN), left to right"),
     "ao_random": ("text", "adaln", "random", (0, 1), "AO-GPT, uniformly random orders"),
-    "ao_random_shuf": (
+    "ao_random_shuf": ("text", "adaln", "random", (0, 1), "AO-GPT, random orders, windows shuffled (8192)"),
+    "ao_mix10_shuf": (
         "text",
         "adaln",
+        "mixture",
+        (0,),
+        "AO-GPT, 90% random + 10% left-to-right orders (the paper's), windows shuffled",
+    ),
+    "sigma_concat_shuf": (
+        "text",
+        "concat",
         "random",
         (0,),
-        "AO-GPT, random orders, windows drawn from a shuffle buffer of 8192 (not consecutive)",
+        "sigma-GPT: target position added at the input, random orders, windows shuffled",
     ),
     "ao_mix10": ("text", "adaln", "mixture", (0, 1), "AO-GPT, 90% random + 10% left-to-right orders (the paper's)"),
     "sigma_concat": (
@@ -59,10 +67,10 @@ VARIANTS = {
     "fixed_random": ("text", "adaln", "fixed_random", (0,), "one fixed random order"),
     "blockwise4": ("text", "adaln", "blockwise:4", (0,), "blocks of 4 left to right, a fixed order inside"),
     "syn_ar": ("synthetic", "none", "l2r", (0,), "plain GPT"),
-    "syn_ao_random": ("synthetic", "adaln", "random", (0, 1), "AO-GPT, random orders"),
+    "syn_ao_random": ("synthetic", "adaln", "random", (0,), "AO-GPT, random orders"),
     "syn_sigma_concat": ("synthetic", "concat", "random", (0,), "sigma-GPT"),
 }
-SHUFFLED = {"ao_random_shuf": 8192}  # [aogpt] shuffle_windows of a variant (0: torchtitan's consecutive windows)
+SHUFFLED = {"ao_random_shuf": 8192, "ao_mix10_shuf": 8192, "sigma_concat_shuf": 8192}  # [aogpt] shuffle_windows of a variant (0: torchtitan's consecutive windows)
 TRACK = {  # what the recipes of a track share
     "text": dict(flavor="tiny", steps=1750, lr=3e-3, warmup=50, decay_ratio=0.2, ema=0.998, val_freq=250, interval=500),
     "synthetic": dict(flavor="tiny", steps=1200, lr=3e-3, warmup=50, decay_ratio=0.2, ema=0.998, val_freq=250, interval=500),
@@ -425,7 +433,8 @@ def eval_zero_shot(run: str, variant: str, out: Path, plan: dict) -> dict:
 
 def best_ao_run(out: Path, evals: dict) -> str:
     """The text-track AO run with the lowest any-order held-out NLL (EMA weights)."""
-    candidates = [r for r, v, _ in runs(("ao_random", "ao_mix10", "sigma_concat")) if r in evals]
+    ao = [v for v in VARIANTS if VARIANTS[v][0] == "text" and VARIANTS[v][2] not in ("l2r", "fixed_random")]
+    candidates = [r for r, v, _ in runs(ao) if r in evals and not v.startswith("blockwise")]
     return min(
         candidates, key=lambda r: sum(evals[r]["windows_ema"]["random"]) / len(evals[r]["windows_ema"]["random"])
     )

@@ -8,7 +8,8 @@ so `aogpt lm-eval ARGS` imports it and then runs lm_eval's own command line with
 
 model_args: pretrained (the folder), order (l2r | random; default l2r), orders (K random orders per
 request, default 1; their NLLs are averaged like `aogpt eval ppl --orders K`), seed, dtype,
-max_gen_toks (default 64); lm_eval's own --batch_size and --device reach the model too.
+max_gen_toks (default 64), max_length (positions used, default all: a model trained on shorter
+windows should be read at that length); lm_eval's own --batch_size and --device reach the model too.
   loglikelihood          log p(continuation | context): the context's tokens come first (their own
                          order random under order=random), then the continuation's tokens, each
                          scored given the context and the continuation tokens before it in the order.
@@ -48,6 +49,7 @@ class AOGPTLM(LM):
         device: str = "auto",
         dtype: str = "float32",
         max_gen_toks: int = 64,
+        max_length: int | None = None,
         **_ignored,
     ):
         super().__init__()
@@ -63,7 +65,10 @@ class AOGPTLM(LM):
         self.tok = self.model_dir.tokenizer(check_vocab=False)
         self.order, self.orders, self.seed = order, orders, int(seed)
         self.batch_size, self.max_gen_toks = batch_size, max_gen_toks
-        self.max_length = self.model.model_args.max_seq_len
+        positions = self.model.model_args.max_seq_len
+        self.max_length = positions if max_length is None else int(max_length)
+        if not 1 <= self.max_length <= positions:
+            raise UserError(f"model_args max_length={max_length} is not allowed; allowed: 1..{positions}")
         self.vocab = self.model.model_args.vocab_size
         self._device = self.model.tok_embeddings.weight.device
 

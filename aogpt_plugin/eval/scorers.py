@@ -129,6 +129,12 @@ def hf_config_positions(spec: str, flag: str) -> int:
 
 
 def import_transformers(spec: str, flag: str = "--scorer"):
+    import logging
+
+    # transformers imports torchao when present, which logs its optional CUDA kernels' absence and
+    # torch's pytree deprecations: nothing a user of a CPU or a GPT-2 baseline can act on
+    for name in ("torchao", "torch.utils._pytree"):
+        logging.getLogger(name).setLevel(logging.ERROR)
     try:
         import transformers
     except ImportError:

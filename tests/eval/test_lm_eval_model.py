@@ -100,6 +100,13 @@ def test_bad_model_args_are_one_line_errors(model_dir):
         AOGPTLM(pretrained=model_dir, order="r2l")
     with pytest.raises(UserError, match="orders=2 is not allowed"):
         AOGPTLM(pretrained=model_dir, order="l2r", orders=2)
+    with pytest.raises(UserError, match="max_length=25 is not allowed; allowed: 1..24"):
+        AOGPTLM(pretrained=model_dir, max_length=25)
+    short = AOGPTLM(pretrained=model_dir, max_length=8)
+    ((logp, _),) = short.loglikelihood([request("loglikelihood", "The cat sat on the mat and the dog", " ran")], True)
+    ctx, cont = short._encode_pair("The cat sat on the mat and the dog", " ran")
+    nll = token_nlls(short.model, torch.tensor([(ctx + cont)[-8:]]), None)[0]
+    assert logp == pytest.approx(-float(nll[-len(cont) :].sum()), rel=1e-5)  # the context cut to 8 positions
 
 
 @pytest.mark.skipif(not (SHARED_DATA / "lambada" / "lambada_test.jsonl").exists(), reason="needs ../shared/data")
