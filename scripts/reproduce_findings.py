@@ -70,7 +70,11 @@ VARIANTS = {
     "syn_ao_random": ("synthetic", "adaln", "random", (0,), "AO-GPT, random orders"),
     "syn_sigma_concat": ("synthetic", "concat", "random", (0,), "sigma-GPT"),
 }
-SHUFFLED = {"ao_random_shuf": 8192, "ao_mix10_shuf": 8192, "sigma_concat_shuf": 8192}  # [aogpt] shuffle_windows of a variant (0: torchtitan's consecutive windows)
+SHUFFLED = {
+    "ao_random_shuf": 8192,
+    "ao_mix10_shuf": 8192,
+    "sigma_concat_shuf": 8192,
+}  # [aogpt] shuffle_windows of a variant (0: torchtitan's consecutive windows)
 TRACK = {  # what the recipes of a track share
     "text": dict(flavor="tiny", steps=1750, lr=3e-3, warmup=50, decay_ratio=0.2, ema=0.998, val_freq=250, interval=500),
     "synthetic": dict(flavor="tiny", steps=1200, lr=3e-3, warmup=50, decay_ratio=0.2, ema=0.998, val_freq=250, interval=500),
