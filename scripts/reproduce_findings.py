@@ -1,16 +1,20 @@
 """Reproduce the AO-GPT paper's findings at CPU scale (docs/findings.md), with seeds and error bars.
 
-    python scripts/reproduce_findings.py                  # the whole study (about 2 h on 2 cores; resumable, cached)
+    python scripts/reproduce_findings.py                  # the study (about 2 h on 2 cores; resumable, cached)
+    python scripts/reproduce_findings.py --variants all   # plus the variants the plan leaves out
     python scripts/reproduce_findings.py --smoke --out /tmp/s --docs /tmp/s/findings.md   # a pipeline check
     python scripts/reproduce_findings.py --write-recipes  # regenerate train_configs/study/*.toml from PLAN
 
 Two tracks, each through the real stack (`python -m aogpt_plugin.train`, `aogpt convert`, `aogpt eval`):
   text       Wikipedia (`train_corpus`, never the held-out or evaluation files), a 1024-token byte-level
-             BPE trained here (`aogpt tokenizer train`), windows of 16 tokens, batch 128
+             BPE trained here (`aogpt tokenizer train`), windows of 16 tokens, batch 128; `*_shuf`
+             variants draw their windows from a shuffle buffer (`[aogpt] shuffle_windows`), the others
+             read torchtitan's consecutive windows (the plateau record)
   synthetic  a sparse Markov source whose exact optimum NLL is known (aogpt_plugin/data/synthetic.py),
              so each variant's gap to the best possible model is measured, not guessed
 Variants whose effects are small run with two seeds. Stages, each cached under --out so that a second
-invocation reuses finished work: tokenizer, train (two single-thread runs side by side), eval, report
+invocation reuses finished work: tokenizer, throughput (two one-thread trainings side by side vs one
+two-thread training, measured; the faster way trains), train, eval, report
 (scripts/findings_report.py: tables, verdicts by the 2-SE rule of aogpt_plugin/eval/verdicts.py, plots).
 """
 
@@ -84,6 +88,10 @@ FULL = dict(
     heldout_windows=512, synthetic_sequences=2000, zero_shot_chunks=64, ensemble_chunks=32, ensemble_members=8,
     gen_samples=64, gen_steps=(4, 8, 16), datasets=("wikitext2", "ptb", "lambada"), workers=2, overrides=[],
     throughput_steps=80,
+    # what one plain run trains (about 2 h on 2 cores); `--variants all` adds the rest of VARIANTS
+    # (consecutive-window ao_mix10 / sigma_concat, Finding 2's fixed_random and blockwise4)
+    variants=("ar", "ar_adaln", "ao_random", "ao_random_shuf", "ao_mix10_shuf", "sigma_concat_shuf",
+              "syn_ar", "syn_ao_random", "syn_sigma_concat"),
 )  # fmt: skip
 SMOKE = dict(
     heldout_windows=16, synthetic_sequences=32, zero_shot_chunks=2, ensemble_chunks=1, ensemble_members=2,
@@ -507,13 +515,15 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None, help="cache folder (default outputs/study)")
     p.add_argument("--docs", default=str(ROOT / "docs" / "findings.md"), help="report to write")
     p.add_argument("--smoke", action="store_true", help="a few steps of a few variants: checks the pipeline")
-    p.add_argument("--variants", default=None, help="comma list (default: all of the plan)")
+    p.add_argument("--variants", default=None, help="comma list, or all (default: the plan's)")
     p.add_argument("--write-recipes", action="store_true", help="regenerate train_configs/study/*.toml and stop")
     args = p.parse_args(argv)
     if args.write_recipes:
         write_recipes()
         return 0
     plan = SMOKE if args.smoke else FULL
+    if args.variants == "all":
+        args.variants = ",".join(VARIANTS)
     variants = tuple(args.variants.split(",")) if args.variants else plan.get("variants", tuple(VARIANTS))
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
