@@ -38,6 +38,14 @@ def token_nlls(model, tokens: torch.Tensor, order: torch.Tensor | None) -> torch
     return token_nll(logits, order_labels(tokens, order), model.model_args.vocab_size)
 
 
+def other_context_nlls(model, tokens: torch.Tensor, order: torch.Tensor | None) -> torch.Tensor:
+    """(B, n) NLL of the same targets as `token_nlls` when every slot reads another row's tokens (rows
+    rolled by one; B >= 2). Its mean minus token_nlls' is the context gain: how much a model uses what
+    its context says, 0 for one that knows only token frequencies and positions."""
+    logits = model(tokens.roll(1, 0), order=order)
+    return token_nll(logits, order_labels(tokens, order), model.model_args.vocab_size)
+
+
 def nll_sum_and_count(model, tokens: torch.Tensor, order: torch.Tensor | None) -> tuple[torch.Tensor, int]:
     nll = token_nlls(model, tokens, order)
     return nll.double().sum(), nll.numel()

@@ -10,7 +10,8 @@ the scoring), logged to the console and TensorBoard as
     validation_metrics/loss_l2r, validation_metrics/loss_ao            (raw weights)
     validation_metrics/loss_l2r_ema, validation_metrics/loss_ao_ema    (EMA weights)
     validation_metrics/context_gain[_ema]   NLL of the same targets when every slot reads another
-        window's tokens, minus the own NLL (first fixed order): how much the model uses the content
+        window's tokens, minus the own NLL (left to right for an l2r-trained model, else the first
+        fixed random order): how much the model uses the content
         of its context. An any-order model first sits on a plateau where it knows token frequencies
         and positions only (gain 0); this is the curve that shows it leave.
 """
@@ -26,7 +27,7 @@ from torchtitan.tools.logging import logger
 
 from .data.synthetic import MarkovSource, MarkovSpec
 from .errors import ConfigError
-from .likelihood import nll_sum_and_count, order_labels, token_nll, token_nlls
+from .likelihood import nll_sum_and_count, other_context_nlls, token_nlls
 from .seeding import stream_generator
 
 
@@ -73,6 +74,7 @@ class AOValidator(BaseValidator):
             ]
             self.batches.append((x, orders))
         self.use_ema = job_config.ema.enable and job_config.ema.validate
+        self.l2r_trained = ao.order == "l2r"  # its context gain is read left to right, the order it knows
         logger.info(
             f"aogpt validation: {len(windows)} fixed windows of {val.seq_len} tokens per rank, "
             f"{ao.val_orders} fixed random orders each + left-to-right"
@@ -123,11 +125,9 @@ class AOValidator(BaseValidator):
                     totals[2] += s
                     totals[3] += n
                 if x.shape[0] > 1:  # the same targets, every slot reading another window's tokens
-                    order = orders[0].to(device) if orders else None
+                    order = orders[0].to(device) if orders and not self.l2r_trained else None
                     own = token_nlls(model, x, order)
-                    wrong = token_nll(
-                        model(x.roll(1, 0), order=order), order_labels(x, order), model.model_args.vocab_size
-                    )
+                    wrong = other_context_nlls(model, x, order)
                     totals[4] += own.double().sum()
                     totals[5] += wrong.double().sum()
                     totals[6] += own.numel()

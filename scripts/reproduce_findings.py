@@ -1,6 +1,6 @@
 """Reproduce the AO-GPT paper's findings at CPU scale (docs/findings.md), with seeds and error bars.
 
-    python scripts/reproduce_findings.py                  # the study (about 2 h on 2 cores; resumable, cached)
+    python scripts/reproduce_findings.py                  # the study (under 2 h on 2 cores; resumable, cached)
     python scripts/reproduce_findings.py --variants all   # plus the variants the plan leaves out
     python scripts/reproduce_findings.py --smoke --out /tmp/s --docs /tmp/s/findings.md   # a pipeline check
     python scripts/reproduce_findings.py --write-recipes  # regenerate train_configs/study/*.toml from PLAN
@@ -8,8 +8,9 @@
 Two tracks, each through the real stack (`python -m aogpt_plugin.train`, `aogpt convert`, `aogpt eval`):
   text       Wikipedia (`train_corpus`, never the held-out or evaluation files), a 1024-token byte-level
              BPE trained here (`aogpt tokenizer train`), windows of 16 tokens, batch 128; `*_shuf`
-             variants draw their windows from a shuffle buffer (`[aogpt] shuffle_windows`), the others
-             read torchtitan's consecutive windows (the plateau record)
+             variants and Finding 2's fixed_random / blockwise4 draw their windows from a shuffle
+             buffer (`[aogpt] shuffle_windows`), the others read torchtitan's consecutive windows
+             (the AR models, and ao_random: the plateau record)
   synthetic  a sparse Markov source whose exact optimum NLL is known (aogpt_plugin/data/synthetic.py),
              so each variant's gap to the best possible model is measured, not guessed
 Variants whose effects are small run with two seeds. Stages, each cached under --out so that a second
@@ -44,7 +45,7 @@ SYNTHETIC = "markov:vocab=32,order=2,branching=4,alpha=0.5,seed=0"
 VARIANTS = {
     "ar": ("text", "none", "l2r", (0,), "plain GPT: left to right, no target conditioning"),
     "ar_adaln": ("text", "adaln", "l2r", (0,), "AR control with AO-GPT's architecture (adaLN), left to right"),
-    "ao_random": ("text", "adaln", "random", (0, 1), "AO-GPT, uniformly random orders"),
+    "ao_random": ("text", "adaln", "random", (0,), "AO-GPT, uniformly random orders"),
     "ao_random_shuf": ("text", "adaln", "random", (0, 1), "AO-GPT, random orders, windows shuffled (8192)"),
     "ao_mix10_shuf": (
         "text",
@@ -68,8 +69,14 @@ VARIANTS = {
         (0, 1),
         "sigma-GPT: target position added at the input, random orders",
     ),
-    "fixed_random": ("text", "adaln", "fixed_random", (0,), "one fixed random order"),
-    "blockwise4": ("text", "adaln", "blockwise:4", (0,), "blocks of 4 left to right, a fixed order inside"),
+    "fixed_random": ("text", "adaln", "fixed_random", (0,), "one fixed random order, windows shuffled"),
+    "blockwise4": (
+        "text",
+        "adaln",
+        "blockwise:4",
+        (0,),
+        "blocks of 4 left to right, a fixed order inside, windows shuffled",
+    ),
     "syn_ar": ("synthetic", "none", "l2r", (0,), "plain GPT"),
     "syn_ao_random": ("synthetic", "adaln", "random", (0,), "AO-GPT, random orders"),
     "syn_sigma_concat": ("synthetic", "concat", "random", (0,), "sigma-GPT"),
@@ -78,6 +85,8 @@ SHUFFLED = {
     "ao_random_shuf": 8192,
     "ao_mix10_shuf": 8192,
     "sigma_concat_shuf": 8192,
+    "fixed_random": 8192,
+    "blockwise4": 8192,
 }  # [aogpt] shuffle_windows of a variant (0: torchtitan's consecutive windows)
 TRACK = {  # what the recipes of a track share
     "text": dict(flavor="tiny", steps=1750, lr=3e-3, warmup=50, decay_ratio=0.2, ema=0.998, val_freq=250, interval=500),
@@ -88,10 +97,10 @@ FULL = dict(
     heldout_windows=512, synthetic_sequences=2000, zero_shot_chunks=64, ensemble_chunks=32, ensemble_members=8,
     gen_samples=64, gen_steps=(4, 8, 16), datasets=("wikitext2", "ptb", "lambada"), workers=2, overrides=[],
     throughput_steps=80,
-    # what one plain run trains (about 2 h on 2 cores); `--variants all` adds the rest of VARIANTS
-    # (consecutive-window ao_mix10 / sigma_concat, Finding 2's fixed_random and blockwise4)
+    # what one plain run trains (under 2 h on 2 cores); `--variants all` adds the consecutive-window
+    # ao_mix10 and sigma_concat
     variants=("ar", "ar_adaln", "ao_random", "ao_random_shuf", "ao_mix10_shuf", "sigma_concat_shuf",
-              "syn_ar", "syn_ao_random", "syn_sigma_concat"),
+              "fixed_random", "blockwise4", "syn_ar", "syn_ao_random", "syn_sigma_concat"),
 )  # fmt: skip
 SMOKE = dict(
     heldout_windows=16, synthetic_sequences=32, zero_shot_chunks=2, ensemble_chunks=1, ensemble_members=2,
@@ -327,7 +336,9 @@ class Cache:
         if key not in self.data:
             started = time.time()
             self.data[key] = compute()
-            log(f"  {self.path.parent.name}/{key} ({time.time() - started:.0f} s)")
+            seconds = time.time() - started
+            self.data.setdefault("_seconds", {})[key] = seconds  # what the report says evaluation took
+            log(f"  {self.path.parent.name}/{key} ({seconds:.0f} s)")
             write_json(self.path, self.data)
         return self.data[key]
 
@@ -368,14 +379,9 @@ def heldout_windows(tokenizer_path: str, count: int):
     return torch.tensor(ids[: SEQ_LEN * count]).view(count, SEQ_LEN)
 
 
-def per_window(model, x, orders) -> list[float]:
-    """Mean NLL per window (row) under `orders` (None = left to right)."""
-    import torch
-
-    from aogpt_plugin.likelihood import token_nlls
-
-    with torch.no_grad():
-        return token_nlls(model, x, orders).double().mean(dim=1).tolist()
+def per_window(nlls) -> list[float]:
+    """Mean NLL per window (row) of a (windows, n) tensor of token NLLs."""
+    return nlls.double().mean(dim=1).tolist()
 
 
 def eval_orders(spec: str, count: int, seed: int):
@@ -392,8 +398,10 @@ def eval_orders(spec: str, count: int, seed: int):
 
 def eval_run(run: str, variant: str, seed: int, out: Path, plan: dict, tokenizer: Path) -> dict:
     """Per-window (text) or per-sequence (synthetic) NLLs of raw and EMA weights, and their context gain."""
+    import torch
 
     from aogpt_plugin.data.synthetic import MarkovSource, MarkovSpec
+    from aogpt_plugin.likelihood import other_context_nlls, token_nlls
     from aogpt_plugin.model_dir import load_model_dir
     from aogpt_plugin.seeding import stream_generator
 
@@ -414,12 +422,14 @@ def eval_run(run: str, variant: str, seed: int, out: Path, plan: dict, tokenizer
         model = load_model_dir(convert_weights(run_dir, weights, spec)).model
 
         def measure(model=model):
-            return {
-                "own": per_window(model, x, None if order == "l2r" else own),
-                "wrong": per_window(model, x.roll(1, 0), None if order == "l2r" else own),
-                "l2r": per_window(model, x, None),
-                "random": per_window(model, x, rand),
-            }
+            mine = None if order == "l2r" else own
+            with torch.no_grad():
+                return {
+                    "own": per_window(token_nlls(model, x, mine)),
+                    "wrong": per_window(other_context_nlls(model, x, mine)),  # same targets, another window's tokens
+                    "l2r": per_window(token_nlls(model, x, None)),
+                    "random": per_window(token_nlls(model, x, rand)),
+                }
 
         cache.get(f"windows_{weights}", measure)
     return cache.data
@@ -544,6 +554,9 @@ def main(argv=None) -> int:
         "commands": {k: v["command"] for k, v in trained.items()},
         "wall_train": train_seconds,
         "wall_total": time.time() - started,
+        "eval_seconds": sum(
+            sum((read_json(out / run / "eval.json") or {}).get("_seconds", {}).values()) for run, _, _ in runs(variants)
+        ),
         "smoke": args.smoke,
         "plan": {k: v for k, v in plan.items() if k != "overrides"},
         "variants": list(variants),

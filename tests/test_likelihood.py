@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import tiny_model
 
-from aogpt_plugin.likelihood import nll_sum_and_count, slot_nlls, token_nll, token_nlls
+from aogpt_plugin.likelihood import nll_sum_and_count, other_context_nlls, slot_nlls, token_nll, token_nlls
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +54,20 @@ def test_token_nlls_score_tokens_in_the_order(model, batch):
     expected = token_nll(logits, torch.gather(tokens, 1, order), model.model_args.vocab_size)
     assert torch.equal(token_nlls(model, tokens, order), expected)
     assert not torch.allclose(token_nlls(model, tokens, order), token_nlls(model, tokens, None))
+
+
+@pytest.mark.parametrize("ordered", [False, True])
+def test_other_context_nlls_score_the_own_targets_from_another_rows_tokens(model, batch, ordered):
+    tokens, order = batch
+    order = order if ordered else None
+    same = tokens[:1].expand(3, -1)  # identical rows: another row's context is the own one, gain 0
+    assert torch.equal(other_context_nlls(model, same, order), token_nlls(model, same, order))
+    wrong = other_context_nlls(model, tokens, order)
+    labels = tokens if order is None else torch.gather(tokens, 1, order)
+    expected = token_nll(model(tokens.roll(1, 0), order=order), labels, model.model_args.vocab_size)
+    assert torch.equal(wrong, expected)
+    # not the rolled rows scored on their own targets (a permutation of token_nlls: zero mean gain)
+    assert not torch.allclose(wrong, token_nlls(model, tokens.roll(1, 0), order))
 
 
 @pytest.mark.parametrize("conditioning", ["adaln", "concat", "none"])

@@ -11,16 +11,7 @@ import pytest
 from conftest import ROOT
 
 SCRIPT = ROOT / "scripts" / "reproduce_findings.py"
-SMOKE_RUNS = (
-    "ar_s0",
-    "ao_random_s0",
-    "ao_random_s1",
-    "sigma_concat_s0",
-    "sigma_concat_s1",
-    "syn_ar_s0",
-    "syn_ao_random_s0",
-    "syn_ao_random_s1",
-)
+SMOKE_RUNS = ("ar_s0", "ao_random_s0", "sigma_concat_s0", "sigma_concat_s1", "syn_ar_s0", "syn_ao_random_s0")
 
 
 def run(out, docs, *extra):
