@@ -17,7 +17,7 @@ from pathlib import Path
 
 from reproduce_findings import BATCH, SAMPLING, SEQ_LEN, SYNTHETIC, TRACK, VARIANTS, VOCAB, runs
 
-from aogpt_plugin.eval.verdicts import Measurement, difference, measure, verdict_text
+from aogpt_plugin.eval.verdicts import CONTRADICTED, Measurement, difference, measure, verdict, verdict_text
 from aogpt_plugin.model import FLAVORS
 
 GAIN_GOAL = 0.3  # nats: the context gain every any-order variant must reach (issue 13)
@@ -397,13 +397,16 @@ def write_report(out: Path, docs: Path, results: dict, meta: dict) -> None:
             f"Any-order held-out NLL of EMA minus raw weights, paired per window (EMA decay {TRACK['text']['ema']});"
             " negative = EMA helps.\n\n| comparison | difference ± SE | verdict |\n|---|---|---|\n"
         )
+        ema_worse = []
         for v in ao_variants:
             d = R.paired_ema_minus_raw(v, "random")
             add(f"| {v}: EMA - raw | {d} | {verdict_text(d, 'negative')} |\n")
+            if verdict(d, "negative") == CONTRADICTED:
+                ema_worse.append(v)
         window = round(1 / (1 - TRACK["text"]["ema"]))
-        late = [
+        late = [  # EMA worse than raw, and the run left the plateau within two EMA windows of the end
             v
-            for v in ao_variants
+            for v in ema_worse
             if any(
                 (e := exit_step(curve(v, GAIN_TAG, sd))) and e > TRACK["text"]["steps"] - 2 * window for sd in (0, 1)
             )
@@ -411,10 +414,10 @@ def write_report(out: Path, docs: Path, results: dict, meta: dict) -> None:
         if late:
             add(
                 f"\nAn EMA averages the last ~{window} steps (decay {TRACK['text']['ema']}). "
-                f"{', '.join(late)} left the plateau within {2 * window} steps of the end (exit steps above), "
-                "while its loss was still falling fast: its EMA still carries pre-exit weights, so it trails the raw "
-                "weights there. The paper's EMA claim is about converged training; this scale cannot test it for "
-                "runs that exit late.\n"
+                f"Where EMA is worse ({', '.join(late)}), the run left the plateau within {2 * window} steps of the "
+                "end (exit steps above) while its loss was still falling fast: the EMA still carries pre-exit "
+                "weights, so it trails the raw weights. The paper's EMA claim is about converged training; this "
+                "scale cannot test it for runs that exit late.\n"
             )
 
     # ---- zero-shot ----------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ Writes on rank 0: {"losses": {step: loss}, "val": {step: metrics}, "logits_raw",
 `--nan-at-step K` makes the model output NaN at training step K (fault injection for the NaN guard).
 """
 
+import os
 import sys
 
 import torch
@@ -32,7 +33,7 @@ def main() -> None:
 
     init_logger()
     config = parse_job_config(argv)
-    check_job_config(config)
+    check_job_config(config, int(os.environ.get("WORLD_SIZE", "1")))  # as the launcher does
     trainer = titan.Trainer(config)
     losses, val = {}, {}
     orig_log = trainer.metrics_processor.log
