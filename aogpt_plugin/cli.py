@@ -16,7 +16,7 @@ from .errors import UserError
 
 COMMANDS = {  # name: (module whose add_to defines it, one-line help for the command list)
     "convert": ("aogpt_plugin.convert", "torchtitan DCP checkpoint -> model folder (safetensors + config.json)"),
-    "tokenizer": ("aogpt_plugin.data.tokenizer", "train a byte-level BPE tokenizer.json on a corpus"),
+    "tokenizer": ("aogpt_plugin.data.tokenizer_training", "train a byte-level BPE tokenizer.json on a corpus"),
     "sample": ("aogpt_plugin.sampler.cli", "generate text from a converted model (any order, KV cache)"),
     "eval": ("aogpt_plugin.eval.cli", "zero-shot perplexity, generation perplexity, benchmark counts"),
     "bench": ("aogpt_plugin.bench", "measure training step time (AO vs AR) or sampler speed"),

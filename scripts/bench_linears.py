@@ -29,7 +29,7 @@ import torch.nn as nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from aogpt_plugin.model import FLAVORS  # noqa: E402
-from aogpt_plugin.sampler.decode_view import PackedLinear  # noqa: E402
+from aogpt_plugin.sampler.decoder import PackedLinear  # noqa: E402
 
 KERNELS = ("aten", "onednn", "mkl")
 

@@ -249,7 +249,7 @@ def write_recipes() -> None:
 def train_tokenizer(out: Path) -> Path:
     path = out / "tokenizer.json"
     if not path.exists():
-        from aogpt_plugin.data.tokenizer import train_tokenizer as train
+        from aogpt_plugin.data.tokenizer_training import train_tokenizer as train
 
         result = train(str(ROOT / TRAIN_GLOB), VOCAB, str(path), max_bytes=5_000_000)
         log(f"tokenizer: {result['vocab_size']} tokens in {result['seconds']} s")

@@ -23,7 +23,7 @@ def study_tokenizer(tmp_path_factory):
     """The text-track study recipes name the tokenizer the study trains first; a small one stands in."""
     from conftest import HELDOUT
 
-    from aogpt_plugin.data.tokenizer import train_tokenizer
+    from aogpt_plugin.data.tokenizer_training import train_tokenizer
 
     path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
     train_tokenizer(str(HELDOUT), 300, str(path), max_bytes=100_000)

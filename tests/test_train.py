@@ -291,7 +291,7 @@ def test_a_tokenizer_json_trains_converts_samples_and_evaluates(tmp_path):
     from conftest import HELDOUT
 
     from aogpt_plugin.cli import main
-    from aogpt_plugin.data.tokenizer import train_tokenizer
+    from aogpt_plugin.data.tokenizer_training import train_tokenizer
 
     tok = tmp_path / "tok.json"
     train_tokenizer(str(HELDOUT), 320, str(tok), max_bytes=200_000)

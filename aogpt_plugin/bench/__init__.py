@@ -2,8 +2,8 @@
 
     train_step.py     AO-GPT vs plain AR training step time (forward + backward + AdamW)
     sampler_speed.py  the cached AO sampler vs the encoder-only MDM and AR decode, interleaved rounds
-    encoder_mdm.py    the encoder-only masked-diffusion baseline (bidirectional, no cache)
-    ar_decode.py      plain KV-cache autoregressive decoding of the AO-GPT backbone
+    baselines.py      the encoder-only masked-diffusion model (bidirectional, no cache) and plain
+                      KV-cache autoregressive decoding of the AO-GPT backbone
 
 Each command prints its result (`--json`: one object); `scripts/update_benchmarks_doc.py` turns that
 JSON into rows of docs/benchmarks.md. The package itself never writes repository files.

@@ -4,7 +4,7 @@ All three use random weights of one flavor (timing of a fixed step count does no
   ao       - AO-GPT (adaLN) with the cached any-order sampler, T in {n, n/4, n/16}
   encoder  - the bidirectional MDM of the same width/depth, T full-sequence forwards, same T values
   ar       - a plain causal GPT of the same backbone (conditioning=none), KV-cache decode, n steps
-  spec     - with --speculative K|auto: exact speculative sampling (sampler/speculative.py), whose
+  spec     - with --speculative K|auto: exact speculative sampling (sampler/generation.py), whose
              forward passes depend on how often drafts are accepted -- so time it on a trained model:
              --model OUT_DIR replaces the random weights; ao, spec and ar (the same weights read left
              to right) all use it, and the encoder is left out.
@@ -41,7 +41,7 @@ def add_to(subparsers) -> None:
     p.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 (default: bf16 on cuda, else fp32)")
     p.add_argument("--backend", choices=("auto", "sdpa", "flex"), default="auto", help="AO/AR attention backend")
     p.add_argument(
-        "--linears", choices=LINEAR_KERNELS, default="auto", help="Linear kernels of all three (sampler/decode_view.py)"
+        "--linears", choices=LINEAR_KERNELS, default="auto", help="Linear kernels of all three (sampler/decoder.py)"
     )
     p.add_argument("--threads", type=int, default=None, help="CPU intra-op threads (default: torch's choice)")
     p.add_argument("--repeats", type=int, default=3, help="timed rounds of every variant (default 3)")
@@ -60,7 +60,7 @@ def step_values(n: int) -> list[int]:
 
 def check_args(args) -> None:
     from ..model_dir import read_config
-    from ..sampler.speculative import parse_draft
+    from ..sampler.generation import parse_draft
 
     if args.speculative is not None:
         args.speculative = parse_draft(args.speculative)
@@ -136,12 +136,10 @@ def run_bench(
     speculative: int | str | None = None,
 ) -> dict:
     """Median timings (seconds) over `repeats` interleaved rounds, forward-pass counts, and the
-    headline ratios. `linears` is a resolved kernel (aten | onednn, see linears.resolve_linear_kernel).
+    headline ratios. `linears` is a resolved kernel (aten | onednn, see sampler.decoder.resolve_linear_kernel).
     `model` (trained weights) replaces the flavor's random AO and AR models and drops the encoder."""
-    from ..sampler.generation import SampleConfig, generate, noise_generator
-    from ..sampler.speculative import speculative_generate
-    from .ar_decode import ar_generate
-    from .encoder_mdm import build_encoder_mdm, encoder_generate
+    from ..sampler.generation import SampleConfig, generate, noise_generator, speculative_generate
+    from .baselines import ar_generate, build_encoder_mdm, encoder_generate
 
     steps = step_values(n)
     ao = model if model is not None else build_decoder(flavor, "adaln", device, dtype)
@@ -237,7 +235,7 @@ def run(args) -> int:
     import torch
 
     from ..model_dir import load_model_dir
-    from ..sampler.decode_view import resolve_linear_kernel
+    from ..sampler.decoder import resolve_linear_kernel
 
     check_args(args)
     if args.threads is not None:

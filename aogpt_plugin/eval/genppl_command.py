@@ -111,7 +111,7 @@ def _check_sampling_args(args) -> None:
     if args.num_samples is None:
         raise UserError("--model needs --num-samples N (how many samples to draw)")
     if args.speculative is not None:
-        from ..sampler.speculative import parse_draft
+        from ..sampler.generation import parse_draft
 
         args.speculative = parse_draft(args.speculative)
         if args.steps is not None:
@@ -127,7 +127,7 @@ def sample_from_model(args, device, say):
     """Draw --num-samples samples with aogpt_plugin.sampler, --batch-size at a time (batch b seeded (seed, b))."""
     from ..model_dir import load_model_dir
     from ..sampler import SampleConfig, SamplingParams, generate, samples_record
-    from ..sampler.speculative import speculative_generate
+    from ..sampler.generation import speculative_generate
     from ..seeding import stream_seed
     from .samples import Sample, SampleSet
 

@@ -25,8 +25,8 @@ _EXPORTS = {  # name: module that defines it (imported on first use: `aogpt samp
     "parse_infill": "prompt",
     "SamplingParams": "sampling",
     "sample_tokens": "sampling",
-    "SpeculativeStats": "speculative",
-    "speculative_generate": "speculative",
+    "SpeculativeStats": "generation",
+    "speculative_generate": "generation",
 }
 __all__ = list(_EXPORTS)
 

@@ -80,7 +80,7 @@ def check_args(args):
     from .sampling import SamplingParams
 
     if args.speculative is not None:
-        from .speculative import parse_draft
+        from .generation import parse_draft
 
         args.speculative = parse_draft(args.speculative)
         for flag, value, default in (("--steps", args.steps, None), ("--schedule", args.schedule, "linear"),
@@ -124,7 +124,7 @@ def run(args) -> int:
     if args.speculative is None:
         result = generate(model_dir.model, sample_config, prompt, progress=progress)
     else:
-        from .speculative import speculative_generate
+        from .generation import speculative_generate
 
         result, stats = speculative_generate(
             model_dir.model, sample_config, args.speculative, prompt, progress=progress

@@ -1,14 +1,14 @@
 """Tokenizers named by one spec: GPT-2 (tiktoken), a trained tokenizer.json, bare symbols; their byte
-counts (for bits per byte) are exact; `aogpt tokenizer train` trains one in seconds."""
+counts (for bits per byte) are exact."""
 
 from __future__ import annotations
 
 import pytest
 from conftest import HELDOUT
 
-from aogpt_plugin.cli import main
 from aogpt_plugin.data.text_files import iter_documents
-from aogpt_plugin.data.tokenizer import JsonTokenizer, check_tokenizer_spec, load_tokenizer, train_tokenizer
+from aogpt_plugin.data.tokenizer import JsonTokenizer, check_tokenizer_spec, load_tokenizer
+from aogpt_plugin.data.tokenizer_training import train_tokenizer
 from aogpt_plugin.errors import ConfigError, UserError
 
 TEXT = "Any-order GPT: 3.14 ‘quotes’, émigré, 東京 and  spaces.\nSecond line."
@@ -63,13 +63,3 @@ def test_a_json_that_is_not_a_tokenizer_is_one_line(tmp_path):
     (tmp_path / "x.json").write_text('{"not": "a tokenizer"}')
     with pytest.raises(ConfigError, match="is not a tokenizer.json"):
         load_tokenizer(str(tmp_path / "x.json"))
-
-
-def test_the_train_command(tmp_path, capsys):
-    out = tmp_path / "t.json"
-    assert main(["tokenizer", "train", str(HELDOUT), str(out), "--vocab-size", "280", "--max-bytes", "100000"]) == 0
-    assert "trained a 280-token byte-level BPE" in capsys.readouterr().out and out.exists()
-    assert main(["tokenizer", "train", str(HELDOUT), str(tmp_path / "t.txt"), "--vocab-size", "280"]) == 2
-    assert "must be a path ending in .json" in capsys.readouterr().err
-    assert main(["tokenizer", "train", str(tmp_path / "none"), str(out), "--vocab-size", "280"]) == 2
-    assert "does not exist" in capsys.readouterr().err

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from aogpt_plugin.bench.ar_decode import ar_generate
+from aogpt_plugin.bench.baselines import ar_generate
 from aogpt_plugin.sampler import Prompt, SampleConfig, SamplingParams, generate, noise_generator
 from aogpt_plugin.sampler.sampling import sample_tokens
 

@@ -1,11 +1,9 @@
-"""Encoder-only masked diffusion baseline (RADD/MDLM style), for the speed comparison only.
+"""The baselines the sampler benchmark times the AO-GPT sampler against (they exist to be timed, and
+to be checked for exactness against uncached forwards):
 
-A bidirectional transformer of the same width, depth and heads as AO-GPT (the same blocks, with
-no target conditioning), fed tokens or [MASK] plus learned positions, with no time input. Its
-standard sampler runs T full-sequence forwards with no cache; each step unmasks the same number
-of positions the AO sampler would (same schedule code), at uniformly random positions. Random
-weights are fine: it exists to be timed. To keep the comparison conservative, the output head
-runs only on the positions being unmasked, not on all n.
+  - the encoder-only masked-diffusion model (RADD/MDLM style): bidirectional, no cache, T
+    full-sequence forwards;
+  - plain autoregressive KV-cache decoding of the AO-GPT backbone (identity order, one token a step).
 """
 
 from __future__ import annotations
@@ -19,13 +17,23 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..devices import synchronize
-from ..model import AOGPTModelArgs
+from ..model import AOGPT, AOGPTModelArgs
 from ..model.model import TransformerBlock
-from ..sampler.decode_view import decode_model
+from ..sampler.decoder import CachedDecoder, decode_model
 from ..sampler.generation import plan_generator
 from ..sampler.prompt import generation_orders
 from ..sampler.sampling import SamplingParams, noise_workspace, sample_tokens
 from ..sampler.schedule import step_counts
+
+# ---- encoder-only masked diffusion ------------------------------------------------------------
+# Encoder-only masked diffusion baseline (RADD/MDLM style), for the speed comparison only.
+#
+# A bidirectional transformer of the same width, depth and heads as AO-GPT (the same blocks, with
+# no target conditioning), fed tokens or [MASK] plus learned positions, with no time input. Its
+# standard sampler runs T full-sequence forwards with no cache; each step unmasks the same number
+# of positions the AO sampler would (same schedule code), at uniformly random positions. Random
+# weights are fine: it exists to be timed. To keep the comparison conservative, the output head
+# runs only on the positions being unmasked, not on all n.
 
 
 def bidirectional_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -119,3 +127,55 @@ def encoder_generate(
     tokens = x[:, :length].cpu()
     synchronize(device)
     return EncoderResult(tokens, forward_passes, time.perf_counter() - start_time)
+
+
+# ---- autoregressive decoding ----------------------------------------------------------------
+# Plain autoregressive KV-cache decoding of the AO-GPT backbone: identity order, one token per step.
+#
+# The gpt-fast decode loop (static cache, one query slot per step, no mask: the only query may see
+# every cached slot) -- the baseline the AO sampler at T = n is timed against, and the reference
+# that T = n with a left-to-right order must reproduce.
+
+
+@dataclass
+class ARResult:
+    tokens: torch.Tensor  # (B, n) on CPU
+    forward_passes: int
+    seconds: float
+
+
+@torch.inference_mode()
+def ar_generate(
+    model: AOGPT,
+    length: int,
+    batch: int = 1,
+    sampling: SamplingParams | None = None,
+    generator: torch.Generator | None = None,
+    backend: str = "sdpa",
+    linears: str = "auto",
+) -> ARResult:
+    """x_0 from [None], then x_j from slot j reading x_{j-1}; slot j is conditioned on target j."""
+    sampling = (sampling or SamplingParams()).validate()
+    vocab = model.model_args.vocab_size
+    device = model.tok_embeddings.weight.device
+    synchronize(device)
+    start_time = time.perf_counter()
+    decoder = CachedDecoder(model, batch, slots=length + 1, backend=backend, linears=linears)
+    tokens = torch.zeros(batch, length, dtype=torch.long, device=device)
+    prev = torch.zeros(batch, 1, dtype=torch.long, device=device)
+    workspace = noise_workspace(batch, vocab, device)
+    one = torch.ones(batch, dtype=torch.long)
+    for j in range(length):
+        position = torch.full((batch, 1), j - 1, dtype=torch.long, device=device)
+        target = position + 1
+        h, cond = decoder.embed(prev, position, position < 0, target)
+        if decoder.backend == "flex":
+            mask, kv_len = decoder.step_mask(one * j, one, one, 1)
+        else:
+            mask, kv_len = None, j + 1
+        h = decoder.forward(h, cond, j, mask, kv_len)
+        prev = sample_tokens(decoder.logits(h, cond), vocab, sampling, generator, workspace)
+        tokens[:, j] = prev[:, 0]
+    tokens = tokens.cpu()
+    synchronize(device)
+    return ARResult(tokens, length, time.perf_counter() - start_time)

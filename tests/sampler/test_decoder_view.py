@@ -14,7 +14,7 @@ from conftest import needs_onednn, tiny_model
 
 from aogpt_plugin.errors import UserError
 from aogpt_plugin.sampler import SampleConfig, generate
-from aogpt_plugin.sampler.decode_view import (
+from aogpt_plugin.sampler.decoder import (
     ModulationTable,
     PackedLinear,
     build_view,

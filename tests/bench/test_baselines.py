@@ -1,12 +1,15 @@
-"""The encoder-only MDM baseline: bidirectional, time-free, T full-sequence forwards."""
+"""The baselines the sampler is timed against: the encoder-only MDM (bidirectional, time-free, T
+full-sequence forwards) and plain AR KV-cache decoding (against the uncached causal forward)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from conftest import needs_onednn
 
-from aogpt_plugin.bench.encoder_mdm import build_encoder_mdm, encoder_generate
+from aogpt_plugin.bench.baselines import ar_generate, build_encoder_mdm, encoder_generate
 from aogpt_plugin.model import AOGPTModelArgs
+from aogpt_plugin.sampler import SamplingParams
 
 ARGS = AOGPTModelArgs(dim=32, n_layers=2, n_heads=4, vocab_size=61, max_seq_len=32)
 
@@ -41,3 +44,21 @@ def test_encoder_baseline_samples_alike_with_either_kernel():
     model = build_encoder_mdm(args, "cpu")
     aten = encoder_generate(model, 24, 6, batch=2, seed=1, linears="aten").tokens
     assert torch.equal(aten, encoder_generate(model, 24, 6, batch=2, seed=1, linears="onednn").tokens)
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "flex"])
+def test_greedy_ar_decode_equals_uncached_greedy(gpt_model, backend):
+    n = 14
+    result = ar_generate(gpt_model, n, batch=2, sampling=SamplingParams(top_k=1), backend=backend)
+    tokens = torch.zeros(2, n, dtype=torch.long)
+    for j in range(n):
+        tokens[:, j] = gpt_model(tokens)[:, j, :61].argmax(-1)
+    assert torch.equal(result.tokens, tokens)
+    assert result.forward_passes == n
+
+
+def test_ar_decode_is_seeded(gpt_model):
+    def run(seed):
+        return ar_generate(gpt_model, 10, batch=2, generator=torch.Generator().manual_seed(seed)).tokens
+
+    assert torch.equal(run(0), run(0)) and not torch.equal(run(0), run(1))
