@@ -96,6 +96,15 @@ def stopped_message(error, job_config, argv: list[str], world_size: int) -> str:
     )
 
 
+def forget_elastic_traceback() -> None:
+    """torchtitan's `Trainer.train` is wrapped in torchelastic's `@record`, which writes the exception's
+    traceback to $TORCHELASTIC_ERROR_FILE for torchrun to print, once per rank, in its failure summary.
+    A stop this launcher has already explained in one line needs no traceback there."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if path and os.path.isfile(path):
+        os.remove(path)
+
+
 def _quiet_other_ranks(titan, rank: int) -> None:
     """torchtitan logs every line on every rank; keep rank 0's (others: warnings) unless asked."""
     if rank == 0 or os.environ.get("AOGPT_LOG_ALL_RANKS") == "1":
@@ -139,8 +148,10 @@ def main() -> int:
     try:
         titan.main(titan.Trainer)  # parses sys.argv again, exactly as `-m torchtitan.train` would
     except NonFiniteStepError as e:
+        forget_elastic_traceback()
         return fail(stopped_message(e, job_config, argv, world_size), 3)
     except UserError as e:  # e.g. a checkpoint with NaN weights, refused while loading
+        forget_elastic_traceback()
         return fail(str(e), 2)
     return 0
 

@@ -127,6 +127,13 @@ def rows(tmp: Path) -> list[tuple[str, str, str, str]]:
         f"{TRAIN} --job.dump_folder {{tmp}}/nan --optimizer.lr 1e4 --checkpoint.interval 1 --debug.seed 7 --training.steps 10 --validation.freq 100",
         lambda: finite_steps(tmp / "nan" / "checkpoint"),
     )
+    add(
+        "gradient norm NaN under FSDP, 2 processes (lr 1e6)",
+        "torchrun --nproc_per_node=2 -m aogpt_plugin.train --job.config_file train_configs/aogpt_debug.toml "
+        "--job.dump_folder {tmp}/nan2 --optimizer.lr 1e6 --checkpoint.interval 1 --training.steps 10 "
+        "--validation.freq 100",
+        lambda: finite_steps(tmp / "nan2" / "checkpoint"),
+    )
     holder = {}
     add(
         "a second run into the same --job.dump_folder",

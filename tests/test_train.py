@@ -195,6 +195,24 @@ def test_diverging_run_stops_in_one_line_and_never_saves_nonfinite_weights(tmp_p
             assert torch.isfinite(t).all(), (step, name)
 
 
+@pytest.mark.slow
+def test_diverging_fsdp_run_stops_every_rank_in_one_line_and_never_saves_nonfinite_weights(tmp_path):
+    """The reported 2-process fault (lr 1e6 -> a step-2 checkpoint all NaN), under torchrun: one line
+    from rank 0, and torchrun's failure summary carries no per-rank traceback of the stop."""
+    dump = tmp_path / "run"
+    args = debug_train_args(dump, 10, **{"optimizer.lr": 1e6, "checkpoint.interval": 1, "validation.freq": 100})
+    proc = run_torchrun(["aogpt_plugin.train", *args], nproc=2)
+    assert proc.returncode != 0
+    (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert "NaN/inf" in line and "--nproc_per_node=2" in line
+    assert "NonFiniteStepError" not in proc.stderr and "aogpt_plugin/loss.py" not in proc.stderr, proc.stderr[-3000:]
+    steps = sorted(int(p.name.split("-")[1]) for p in (dump / "checkpoint").iterdir())
+    assert line.startswith(f"error: step {steps[-1] + 1}: ")
+    for step in steps:
+        for name, t in _checkpoint_tensors(dump / "checkpoint" / f"step-{step}").items():
+            assert torch.isfinite(t).all(), (step, name)
+
+
 def _tb_scalars(dump, tag: str) -> dict[int, float]:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
