@@ -18,11 +18,11 @@ COMMANDS = {  # name: (module whose add_to defines it, one-line help for the com
     "convert": ("aogpt_plugin.convert", "torchtitan DCP checkpoint -> model folder (safetensors + config.json)"),
     "tokenizer": ("aogpt_plugin.data.tokenizer_training", "train a byte-level BPE tokenizer.json on a corpus"),
     "sample": ("aogpt_plugin.sampler.cli", "generate text from a converted model (any order, KV cache)"),
-    "eval": ("aogpt_plugin.eval.cli", "zero-shot perplexity, generation perplexity, benchmark counts"),
+    "eval": ("aogpt_plugin.eval", "zero-shot perplexity, generation perplexity, benchmark counts"),
     "bench": ("aogpt_plugin.bench", "measure training step time (AO vs AR) or sampler speed"),
-    "lm-eval": ("aogpt_plugin.eval.lm_eval_cli", "lm-evaluation-harness with the `aogpt` model registered"),
+    "lm-eval": (None, "lm-evaluation-harness with the `aogpt` model registered (ARGS go to lm_eval)"),
 }
-COMMAND_MODULES = tuple(module for module, _ in COMMANDS.values())
+COMMAND_MODULES = tuple(module for module, _ in COMMANDS.values() if module)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -38,11 +38,37 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = OneLineParser(prog="aogpt", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser, metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
-        if command is None or name == command:
+        if module and (command is None or name == command):
             importlib.import_module(module).add_to(sub)
         else:
-            sub.add_parser(name, help=help_text)
+            sub.add_parser(name, help=help_text, add_help=module is not None)
     return parser
+
+
+def run_lm_eval(argv: list[str]) -> int:
+    """`aogpt lm-eval ARGS`: lm-evaluation-harness's own command line with the `aogpt` model registered.
+
+        aogpt lm-eval --model aogpt --model_args pretrained=OUT_DIR --tasks lambada_openai --device cpu
+
+    ARGS go to lm_eval unchanged (`aogpt lm-eval --help` shows lm_eval's help). lm_eval finds models
+    only in its registry and has no plugin entry points, so this imports aogpt_plugin.eval.lm_eval_model
+    (which registers "aogpt") and then runs lm_eval's main.
+    """
+    try:
+        import lm_eval  # noqa: F401
+    except ImportError:
+        raise UserError("`aogpt lm-eval` needs the lm-eval package: pip install -e '.[eval]'") from None
+    from lm_eval.__main__ import cli_evaluate
+
+    from .eval import lm_eval_model  # noqa: F401  (registers "aogpt")
+
+    saved = sys.argv
+    sys.argv = ["lm_eval", *argv]
+    try:
+        cli_evaluate()
+    finally:
+        sys.argv = saved
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             stream.reconfigure(errors="backslashreplace")
     try:
         if command == "lm-eval":  # lm_eval parses its own arguments
-            return int(importlib.import_module(COMMANDS[command][0]).run(argv[1:]) or 0)
+            return run_lm_eval(argv[1:])
         args = build_parser(command).parse_args(argv)
         return int(args.run(args) or 0)
     except UserError as e:

@@ -22,8 +22,7 @@ from ..model.model import TransformerBlock
 from ..sampler.decoder import CachedDecoder, decode_model
 from ..sampler.generation import plan_generator
 from ..sampler.prompt import generation_orders
-from ..sampler.sampling import SamplingParams, noise_workspace, sample_tokens
-from ..sampler.schedule import step_counts
+from ..sampler.sampling import SamplingParams, noise_workspace, sample_tokens, step_counts
 
 # ---- encoder-only masked diffusion ------------------------------------------------------------
 # Encoder-only masked diffusion baseline (RADD/MDLM style), for the speed comparison only.

@@ -35,8 +35,16 @@ from ..orders import READ_ORDERS
 from ..seeding import stream_generator
 from .decoder import BACKENDS, CachedDecoder
 from .prompt import Prompt, generation_orders
-from .sampling import SamplingParams, filtered_scores, gumbel_argmax, noise_workspace, sample_tokens
-from .schedule import COUNTS, SCHEDULES, step_counts
+from .sampling import (
+    COUNTS,
+    SCHEDULES,
+    SamplingParams,
+    filtered_scores,
+    gumbel_argmax,
+    noise_workspace,
+    sample_tokens,
+    step_counts,
+)
 
 
 @dataclass

@@ -1,5 +1,5 @@
-"""`aogpt eval ppl|genppl|data` end to end on tiny models saved with save_pretrained, through
-`aogpt_plugin.cli.main`: JSON fields against a direct computation, seeding, and one-line errors."""
+"""`aogpt eval ppl|genppl|data` (the command group of eval/__init__.py) end to end on tiny models saved
+with save_pretrained, through `aogpt_plugin.cli.main`: JSON fields against a direct computation, seeding, and one-line errors."""
 
 import json
 import math
