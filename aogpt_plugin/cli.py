@@ -14,7 +14,7 @@ import sys
 
 from .errors import UserError
 
-COMMANDS = {  # name: (module whose add_to defines it, one-line help for the command list)
+COMMANDS = {  # name: (module whose add_to defines it, one-line help); lm-eval: run_lm_eval, lm_eval parses
     "convert": ("aogpt_plugin.convert", "torchtitan DCP checkpoint -> model folder (safetensors + config.json)"),
     "tokenizer": ("aogpt_plugin.data.tokenizer_training", "train a byte-level BPE tokenizer.json on a corpus"),
     "sample": ("aogpt_plugin.sampler.cli", "generate text from a converted model (any order, KV cache)"),
@@ -22,7 +22,6 @@ COMMANDS = {  # name: (module whose add_to defines it, one-line help for the com
     "bench": ("aogpt_plugin.bench", "measure training step time (AO vs AR) or sampler speed"),
     "lm-eval": (None, "lm-evaluation-harness with the `aogpt` model registered (ARGS go to lm_eval)"),
 }
-COMMAND_MODULES = tuple(module for module, _ in COMMANDS.values() if module)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -32,16 +31,16 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"error: {self.prog}: {message}\n")
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The parser; `command` (or None: all of them) gets its full sub-parser, the rest a stub that
-    only names it (enough for the command list)."""
+def build_parser(command: str) -> argparse.ArgumentParser:
+    """The parser; `command` gets its full sub-parser, the rest a stub that only names it (enough for
+    the command list, which `build_parser("")` prints)."""
     parser = OneLineParser(prog="aogpt", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser, metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
-        if module and (command is None or name == command):
+        if module and name == command:
             importlib.import_module(module).add_to(sub)
         else:
-            sub.add_parser(name, help=help_text, add_help=module is not None)
+            sub.add_parser(name, help=help_text)
     return parser
 
 

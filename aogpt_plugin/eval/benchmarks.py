@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..data.text_files import iter_documents, list_text_files
+from ..devices import Reporter, print_json
 from ..errors import UserError, require_at_least
 from .detokenizers import DETOKENIZERS
 
@@ -257,7 +258,6 @@ def add_to(subparsers) -> None:
 
 def run_data(args) -> int:
     from ..data.tokenizer import load_tokenizer
-    from ..devices import Reporter, print_json
 
     require_at_least("--seq-len", args.seq_len, 1, "the chunk length")
     check_dataset_arg(args.dataset, args.split)
