@@ -12,7 +12,7 @@ $(VENV)/.installed: pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0  # the local CPU wheel; an unpinned torch pulls CUDA builds
-	$(BIN)/pip install -q -e '.[dev]'
+	PYTHONWARNINGS='ignore:Editable installation' $(BIN)/pip install -q -e '.[dev]'  # hides setuptools' information-only banner
 	touch $@
 
 setup: $(VENV)/.installed
