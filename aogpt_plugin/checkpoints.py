@@ -91,3 +91,80 @@ def resolve_step_dir(checkpoint_dir: str, step: int | None) -> tuple[str, int | 
     if newest is None:
         raise UserError(f"{checkpoint_dir!r} has step folders {steps} but none is complete (no .metadata)")
     return os.path.join(checkpoint_dir, f"step-{newest}"), newest
+
+
+# ---- what every step folder records about its run (written by training, read by convert/preflight) ----
+RECORD_FILE = "aogpt.json"  # beside DCP's .metadata; DCP ignores files it did not write
+RECORD_FORMAT = "aogpt-checkpoint"
+TOKENIZER_COPY = "tokenizer.json"  # a tokenizer.json the run trained with, copied into the step folder
+SPIKE_FACTOR = 1.5  # a step's loss is "normal" when finite and at most this times the lowest loss before it
+
+
+def write_record(step_dir: str, record: dict, tokenizer_file: str | None = None) -> None:
+    """Write `aogpt.json` (and the tokenizer.json copy) into a step folder, atomically."""
+    import json
+    import shutil
+
+    os.makedirs(step_dir, exist_ok=True)
+    if tokenizer_file is not None:
+        shutil.copyfile(tokenizer_file, os.path.join(step_dir, TOKENIZER_COPY + ".tmp"))
+        os.replace(os.path.join(step_dir, TOKENIZER_COPY + ".tmp"), os.path.join(step_dir, TOKENIZER_COPY))
+    tmp = os.path.join(step_dir, RECORD_FILE + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump({"format": RECORD_FORMAT, "format_version": 1, **record}, f, indent=1)
+    os.replace(tmp, os.path.join(step_dir, RECORD_FILE))
+
+
+def read_record(step_dir: str) -> dict | None:
+    """The step folder's `aogpt.json`, or None for a checkpoint written before aogpt recorded it."""
+    import json
+
+    path = os.path.join(step_dir, RECORD_FILE)
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path) as f:
+            record = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise UserError(f"{path!r} cannot be read ({type(e).__name__}); the checkpoint's record is damaged") from None
+    if not isinstance(record, dict) or record.get("format") != RECORD_FORMAT or "model_args" not in record:
+        raise UserError(f"{path!r} is not an {RECORD_FORMAT} record")
+    return record
+
+
+def record_tokenizer(step_dir: str, record: dict) -> str:
+    """The tokenizer spec a checkpoint was trained with; a copied tokenizer.json resolves to its path."""
+    spec = record["tokenizer"]
+    if spec == TOKENIZER_COPY:
+        return os.path.join(step_dir, TOKENIZER_COPY)
+    return spec
+
+
+def is_normal_loss(loss: float, lowest_before: float | None) -> bool:
+    """The run's normal range: finite, and not a spike above the lowest loss seen before it."""
+    import math
+
+    return math.isfinite(loss) and (lowest_before is None or loss <= SPIKE_FACTOR * lowest_before)
+
+
+def healthy_checkpoint(folder: str, losses: dict[int, tuple[float, bool]], failed_step: int) -> int | None:
+    """The newest complete checkpoint before `failed_step` whose weights gave a normal loss.
+
+    The weights of step-N are judged by the loss of step N+1, the first computed with them. `losses`
+    maps step -> (loss, normal) as the step guard saw it; step folders add the history they recorded.
+    A checkpoint whose next loss is unknown is not recommended."""
+    known = {}
+    complete = [s for s in step_folders(folder) if s < failed_step and has_metadata(os.path.join(folder, f"step-{s}"))]
+    for s in complete:
+        record = None
+        try:
+            record = read_record(os.path.join(folder, f"step-{s}"))
+        except UserError:
+            pass
+        for step, (loss, normal) in ((record or {}).get("losses") or {}).items():
+            known[int(step)] = (loss, normal)
+    known.update(losses)
+    for s in reversed(complete):
+        if s + 1 in known and known[s + 1][1]:
+            return s
+    return None

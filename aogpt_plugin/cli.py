@@ -8,8 +8,10 @@ without importing torch. Bad input prints one `error:` line and exits with statu
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
+import re
 import sys
 
 from .errors import UserError
@@ -25,10 +27,52 @@ COMMANDS = {  # name: (module whose add_to defines it, one-line help); lm-eval: 
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage error is a single `error:` line (exit 2)."""
+    """argparse, but a usage error is a single `error:` line (exit 2), and an unknown option is named
+    with the closest option the command has."""
+
+    argv: list[str] = []  # the command line being parsed, for the unknown-option hint below
 
     def error(self, message: str):
+        if message.startswith("the following arguments are required"):  # often a misspelt option
+            options = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+            unknown = [
+                a
+                for a in OneLineParser.argv
+                if a.startswith("--") and not any(o.startswith(a.split("=", 1)[0]) for o in options)
+            ]
+            if unknown:
+                message = f"{unrecognized_message(unknown[:1], options)} ({message})"
         self.exit(2, f"error: {self.prog}: {message}\n")
+
+    def parse_args(self, args=None, namespace=None):
+        OneLineParser.argv = list(sys.argv[1:] if args is None else args)
+        args, extras = self.parse_known_args(args, namespace)
+        if extras:
+            chain = command_chain(self, args)
+            options = [o for p in chain for a in p._actions for o in a.option_strings if o.startswith("--")]
+            chain[-1].error(unrecognized_message(extras, options))
+        return args
+
+
+def command_chain(parser: argparse.ArgumentParser, namespace) -> list[argparse.ArgumentParser]:
+    """The parser and the sub-command parsers `namespace` was parsed with (aogpt, eval, ppl)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            sub = action.choices.get(getattr(namespace, action.dest, None) or "")
+            if sub is not None:
+                return [parser, *command_chain(sub, namespace)]
+    return [parser]
+
+
+def unrecognized_message(extras: list[str], options: list[str]) -> str:
+    """`unrecognized argument --num-smaples; did you mean --num-samples?` (difflib's closest option)."""
+    bad = next((a for a in extras if a.startswith("-")), extras[0])
+    name = bad.split("=", 1)[0]
+    close = difflib.get_close_matches(name, options, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    rest = len(extras) - 1
+    more = f" (and {rest} more: {' '.join(a for a in extras if a != bad)})" if rest and not close else ""
+    return f"unrecognized argument {bad}{hint}{more}"
 
 
 def build_parser(command: str) -> argparse.ArgumentParser:
@@ -62,12 +106,67 @@ def run_lm_eval(argv: list[str]) -> int:
     from .eval import lm_eval_model  # noqa: F401  (registers "aogpt")
 
     saved = sys.argv
-    sys.argv = ["lm_eval", *argv]
+    sys.argv = ["lm_eval", *lm_eval_argv(argv)]
     try:
         cli_evaluate()
+    except TypeError as e:  # lm_eval passes batch_size/device itself: the same key in model_args clashes
+        clash = re.search(r"got multiple values for keyword argument '(\w+)'", str(e))
+        if clash is None:
+            raise
+        key = clash.group(1)
+        raise UserError(f"model_args {key}= is also set by lm_eval's own --{key}; give it once, as --{key}") from None
     finally:
         sys.argv = saved
     return 0
+
+
+def lm_eval_argv(argv: list[str]) -> list[str]:
+    """lm_eval's device defaults to cuda:0 even where there is none; for the aogpt model, no --device
+    means the machine's (`auto`: cuda if available, else cpu), as in every aogpt command."""
+    models = [b for a, b in zip(argv, argv[1:], strict=False) if a == "--model"]
+    models += [a.split("=", 1)[1] for a in argv if a.startswith("--model=")]
+    has_device = any(a == "--device" or a.startswith("--device=") for a in argv)
+    if "aogpt" in models and not has_device and "-h" not in argv and "--help" not in argv:
+        return [*argv, "--device", "auto"]
+    return argv
+
+
+class OutputError(Exception):
+    """Writing a command's results to stdout failed (a full disk, /dev/full, an I/O error)."""
+
+
+class _GuardedStdout:
+    """sys.stdout, but a failed write or flush is an OutputError, told apart from every other OSError
+    (a closed pipe stays a BrokenPipeError: the reader left, nothing went wrong)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def _guard(self, method, *args):
+        try:
+            return method(*args)
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise OutputError(e.strerror or str(e)) from None
+
+    def write(self, text):
+        return self._guard(self._stream.write, text)
+
+    def flush(self):
+        return self._guard(self._stream.flush)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def _silence_stdout() -> None:
+    """After a failed or refused write, what is still buffered goes nowhere instead of failing again
+    (with a traceback) when the interpreter exits."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # not a real file (a test's capture)
+        pass
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,17 +179,30 @@ def main(argv: list[str] | None = None) -> int:
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
+    stdout = sys.stdout
+    sys.stdout = _GuardedStdout(stdout)
     try:
         if command == "lm-eval":  # lm_eval parses its own arguments
             return run_lm_eval(argv[1:])
         args = build_parser(command).parse_args(argv)
-        return int(args.run(args) or 0)
+        code = int(args.run(args) or 0)
+        sys.stdout.flush()  # a write error shows here, not as a traceback at exit
+        return code
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except OutputError as e:  # `aogpt sample > /dev/full`
+        sys.stdout = stdout
+        _silence_stdout()
+        print(f"error: cannot write the output to stdout: {e}", file=sys.stderr)
+        return 1
     except BrokenPipeError:  # `aogpt sample | head -1`: the reader has all it wanted
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.stdout = stdout
+        _silence_stdout()
         return 0
+    finally:
+        if isinstance(sys.stdout, _GuardedStdout):
+            sys.stdout = stdout
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """`aogpt convert CHECKPOINT_DIR OUT_DIR`: a torchtitan DCP checkpoint -> model.safetensors + config.json.
 
 Reads the checkpoint without torchtitan and without a process group (DCP `no_dist` load, which
-reassembles shards written by any world size). The model args are read off the tensor shapes, so
-any aogpt checkpoint converts without its TOML. OUT_DIR is written through model_dir.py: to a
+reassembles shards written by any world size). The model args and the tokenizer come from the
+step folder's record (`aogpt.json`, checkpoints.py), so no TOML and no tokenizer has to be re-typed;
+checkpoints written before the record existed fall back to reading the tensor shapes. OUT_DIR is written through model_dir.py: to a
 temporary sibling first and renamed into place, so a failed conversion never leaves a half-written
 OUT_DIR and `--force` replaces an old one only once the new one is complete.
 """
@@ -26,8 +27,9 @@ if TYPE_CHECKING:  # torch and the model folder load only when a conversion runs
 WEIGHTS = ("ema", "raw")
 
 
-def infer_model_args(shapes: dict[str, torch.Size], vocab_size: int) -> AOGPTModelArgs:
-    """Model hyper-parameters from parameter shapes (n_heads from the per-head QK-norm width)."""
+def infer_model_args(shapes: dict[str, torch.Size], vocab_size: int, tokenizer: str = "gpt2") -> AOGPTModelArgs:
+    """Model hyper-parameters from parameter shapes, for checkpoints without a record (n_heads from the
+    per-head QK-norm width; norm_eps cannot be recovered and takes its default)."""
     try:
         padded, dim = shapes["tok_embeddings.weight"]
         max_seq_len = shapes["pos_embeddings.weight"][0] - 1
@@ -42,9 +44,12 @@ def infer_model_args(shapes: dict[str, torch.Size], vocab_size: int) -> AOGPTMod
         conditioning, tpe = "concat", 128
     else:
         conditioning, tpe = "none", 128
-    if vocab_size > padded:
-        raise UserError(f"tokenizer vocabulary {vocab_size} is larger than the checkpoint's embedding ({padded})")
-    multiple = 64 if (vocab_size + 63) // 64 * 64 == padded else padded
+    multiple = AOGPTModelArgs.vocab_multiple
+    if (vocab_size + multiple - 1) // multiple * multiple != padded:
+        raise UserError(
+            f"--tokenizer {tokenizer!r} has {vocab_size} tokens but the checkpoint's embedding has {padded} rows "
+            f"(a vocabulary of {padded - multiple + 1}..{padded} tokens); give the tokenizer the run trained with"
+        )
     return AOGPTModelArgs(
         dim=dim,
         n_layers=n_layers,
@@ -116,32 +121,72 @@ _MODEL_ROOTS = {
 }
 
 
+def model_args_and_tokenizer(step_dir: str, shapes: dict, tokenizer: str | None) -> tuple[AOGPTModelArgs, str, dict]:
+    """The model args and tokenizer a checkpoint was trained with: from its record (checkpoints.py)
+    when it has one, else (older checkpoints) from the tensor shapes and `--tokenizer`, whose
+    vocabulary must fit the checkpoint's embedding."""
+    from .checkpoints import read_record, record_tokenizer
+    from .data.tokenizer import load_tokenizer, same_tokenizer
+    from .errors import ConfigError
+
+    record = read_record(step_dir)
+    if record is None:
+        spec = tokenizer or "gpt2"
+        vocab = load_tokenizer(spec, key="--tokenizer").get_vocab_size()
+        return infer_model_args(shapes, vocab, spec), spec, {}
+    try:
+        args = AOGPTModelArgs.from_dict(record["model_args"])
+    except (ConfigError, TypeError) as e:
+        raise UserError(f"{step_dir!r}: bad model_args in its aogpt.json ({e})") from None
+    spec = record_tokenizer(step_dir, record)
+    if tokenizer is not None and not same_tokenizer(tokenizer, spec):
+        vocab = load_tokenizer(tokenizer, key="--tokenizer").get_vocab_size()
+        raise UserError(
+            f"--tokenizer {tokenizer!r} ({vocab} tokens) is not the tokenizer {step_dir!r} was trained with "
+            f"({record['tokenizer']!r}, {args.vocab_size} tokens, recorded in its aogpt.json); drop --tokenizer"
+        )
+    want = _parameter_shapes(args)
+    bad = next((k for k, v in shapes.items() if k in want and tuple(v) != want[k]), None)
+    if bad is not None or set(want) != set(shapes):
+        raise UserError(
+            f"{step_dir!r}: its weights do not match the model args its aogpt.json records "
+            f"({bad or sorted(set(want) ^ set(shapes))[:3]}); the checkpoint is damaged"
+        )
+    extra = {"training": {k: record[k] for k in ("flavor", "aogpt", "ema") if k in record}}
+    return args, spec, extra
+
+
+def _parameter_shapes(args: AOGPTModelArgs) -> dict[str, tuple]:
+    import torch
+
+    from .model import AOGPT
+
+    with torch.device("meta"):
+        return {k: tuple(v.shape) for k, v in AOGPT(args).state_dict().items()}
+
+
 def convert(
     checkpoint_dir: str,
     out_dir: str,
     weights: str = "ema",
     step: int | None = None,
-    tokenizer: str = "gpt2",
+    tokenizer: str | None = None,
     force: bool = False,
 ) -> ModelDirConfig:
     """Write OUT_DIR/model.safetensors and OUT_DIR/config.json; returns the config written."""
-    from .data.tokenizer import load_tokenizer
     from .model_dir import ModelDirConfig, check_out_dir, save_model_dir
 
-    if os.path.exists(out_dir) and not force:
-        raise UserError(f"output directory {out_dir!r} already exists; pass --force to replace it")
-    check_out_dir(out_dir)
+    check_out_dir(out_dir, force)
     step_dir, step_found = resolve_step_dir(checkpoint_dir, step)
-    vocab = load_tokenizer(tokenizer, key="--tokenizer").get_vocab_size()
     state, extra = read_checkpoint_weights(step_dir, weights)
-    args = infer_model_args({k: v.shape for k, v in state.items()}, vocab)
+    args, spec, more = model_args_and_tokenizer(step_dir, {k: v.shape for k, v in state.items()}, tokenizer)
     config = ModelDirConfig(
         model_args=args,
-        tokenizer=tokenizer,
+        tokenizer=spec,
         step=step_found,
         weights=weights,
         source=os.path.abspath(step_dir),
-        extra=extra,
+        extra=extra | more,
     )
     save_model_dir(out_dir, state, config)
     return config
@@ -155,7 +200,10 @@ def add_to(subparsers) -> None:
     p.add_argument("--weights", choices=WEIGHTS, default="ema", help="EMA (default) or raw training weights")
     p.add_argument("--step", type=int, default=None, help="which step-N folder to convert")
     p.add_argument(
-        "--tokenizer", default="gpt2", help="the run's [aogpt] tokenizer: gpt2, a tokenizer.json (copied), symbols:V"
+        "--tokenizer",
+        default=None,
+        help="only for checkpoints older than their aogpt.json record (which names the tokenizer): the run's "
+        "[aogpt] tokenizer, gpt2 (default), a tokenizer.json (copied) or symbols:V",
     )
     p.add_argument("--force", action="store_true", help="replace OUT_DIR (only once the new one is complete)")
     p.set_defaults(run=run)

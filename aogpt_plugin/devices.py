@@ -63,6 +63,31 @@ def device_name(device: torch.device) -> str:
     return f"cpu ({cpu}, {torch.get_num_threads()} threads)"
 
 
+def available_memory(device: torch.device) -> int | None:
+    """Bytes a command can still allocate on `device` (None: unknown), to refuse a job that cannot fit
+    before it starts instead of swapping for hours."""
+    import torch
+
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def format_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
 def synchronize(device: torch.device) -> None:
     """Wait for queued kernels, so wall-clock timings cover the work."""
     import torch
@@ -72,11 +97,23 @@ def synchronize(device: torch.device) -> None:
 
 
 def add_runtime_args(p, dtype_default: str = "float32") -> None:
-    """The four flags of every command that loads a model: where it runs and how it reports."""
+    """The flags of every command that loads a model: where it runs, how it reports, whether the
+    model folder's weights are checked against their recorded sha256."""
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:N")
     p.add_argument("--dtype", choices=tuple(DTYPES), default=dtype_default, help=f"default {dtype_default}")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    add_verify_arg(p)
+
+
+def add_verify_arg(p) -> None:
+    """`--no-verify`: load a model folder whose model.safetensors no longer matches its config.json."""
+    p.add_argument(
+        "--no-verify",
+        dest="verify",
+        action="store_false",
+        help="skip the sha256 check of model.safetensors against config.json",
+    )
 
 
 class Reporter:

@@ -1,8 +1,10 @@
 """Log-likelihood of tokens under an order: the one definition training, validation and evaluation share.
 
-Training minimises `ao_cross_entropy`, the summed cross-entropy over the padded vocabulary, as the
-authors train. Everything reported (validation, `aogpt eval`, scorers) uses `token_nll`, normalised
-over the tokenizer's real vocabulary only, so perplexities are proper distributions over its tokens.
+Training minimises `ao_cross_entropy` and everything reported (validation, `aogpt eval`, scorers) uses
+`token_nll`: both normalise over the tokenizer's real vocabulary only, so the rows the head is padded
+with (`vocab_multiple`) never get probability mass and perplexities are proper distributions over its
+tokens. The authors train over all padded classes; for a small vocabulary that keeps the model on the
+unigram plateau (tests/model/test_learning.py).
 With tokens x (B, n) and an order sigma (B, n), slot j of the model scores x[sigma(j)].
 """
 
@@ -16,9 +18,11 @@ import torch.nn.functional as F
 IGNORE_INDEX = -100
 
 
-def ao_cross_entropy(pred: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Summed CE over the padded vocabulary (torchtitan divides by the global token count)."""
-    return F.cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1), reduction="sum", ignore_index=IGNORE_INDEX)
+def ao_cross_entropy(pred: torch.Tensor, labels: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Summed CE over the real vocabulary: the padded logits `pred[..., vocab_size:]` take no part
+    (torchtitan divides the sum by the global token count); labels equal to IGNORE_INDEX count nothing."""
+    logits = pred[..., :vocab_size].flatten(0, 1).float()
+    return F.cross_entropy(logits, labels.flatten(0, 1), reduction="sum", ignore_index=IGNORE_INDEX)
 
 
 def token_nll(logits: torch.Tensor, labels: torch.Tensor, vocab_size: int) -> torch.Tensor:

@@ -18,16 +18,18 @@ from itertools import chain
 import torch
 import torch.distributed as dist
 
+from .checkpoints import is_normal_loss
 from .ema import clean_fqn, local_tensor
 from .errors import UserError
-from .likelihood import ao_cross_entropy
+from .likelihood import IGNORE_INDEX, ao_cross_entropy
+from .stop_request import StopRequest
 
 
 class NonFiniteStepError(RuntimeError):
     """Training stopped at `step` because `what` was NaN/inf; the message is one line for the user."""
 
-    def __init__(self, step: int, what: str):
-        self.step, self.what = step, what
+    def __init__(self, step: int, what: str, losses: dict[int, tuple[float, bool]] | None = None):
+        self.step, self.what, self.losses = step, what, dict(losses or {})
         super().__init__(
             f"step {step}: {what}; stopped before the optimizer step, so no weight, EMA or checkpoint was written "
             f"after step {step - 1}"
@@ -49,34 +51,64 @@ def _any_rank(flags: torch.Tensor) -> list[float]:
 
 
 class StepGuard:
+    """Per-step checks and records shared by the loss, the optimizers and the checkpoint hook."""
+
     def __init__(self) -> None:
         self.enabled = True
         self.total: torch.Tensor | None = None
+        self.tokens: torch.Tensor | None = None
+        self.stop = StopRequest()
+        self.stop_step: int | None = None  # the step every rank agreed to stop after
+        self.losses: dict[int, tuple[float, bool]] = {}  # step -> (mean loss, in the normal range)
+        self._lowest: float | None = None
 
-    def record(self, loss_sum: torch.Tensor) -> None:
+    def record(self, loss_sum: torch.Tensor, labels: torch.Tensor | None = None) -> None:
         v = loss_sum.detach().float()
         self.total = v if self.total is None else self.total + v
+        if labels is not None:
+            n = (labels != IGNORE_INDEX).sum().float()
+            self.tokens = n if self.tokens is None else self.tokens + n
+
+    def _remember(self, step: int, loss: float, grads_ok: bool) -> None:
+        normal = grads_ok and is_normal_loss(loss, self._lowest)
+        self.losses[step] = (loss, normal)
+        if normal:
+            self._lowest = loss if self._lowest is None else min(self._lowest, loss)
 
     def check_before_step(self, params: list[torch.Tensor], step: int) -> None:
-        """Raise if this step's loss or any gradient is NaN/inf on any rank."""
-        loss = self.total
-        self.total = None
-        if not self.enabled:
-            return
+        """Agree on a requested stop; raise if this step's loss or any gradient is NaN/inf on any rank."""
+        loss, tokens = self.total, self.tokens
+        self.total = self.tokens = None
         device = params[0].device if params else "cpu"
-        bad_loss = (~torch.isfinite(loss)).float() if loss is not None else torch.zeros((), device=device)
-        bad_grads = nonfinite_count([p.grad for p in params if p.grad is not None])
-        flags = torch.stack([bad_loss.to(device).reshape(()), bad_grads.to(device)])
-        lost, grads = _any_rank(flags)
+        zero = torch.zeros((), device=device)
+        mean = (loss / tokens.clamp(min=1)) if loss is not None and tokens is not None else loss
+        mean = zero if mean is None else mean.to(device).reshape(())
+        stop = torch.full((), float(self.stop.requested), device=device)
+        if self.enabled:
+            bad_loss = (~torch.isfinite(mean)).float()
+            bad_grads = nonfinite_count([p.grad for p in params if p.grad is not None]).to(device)
+        else:
+            bad_loss = bad_grads = zero
+        lost, grads, stop_any, worst = _any_rank(torch.stack([bad_loss, bad_grads.reshape(()), stop, mean]))
+        if loss is not None:
+            self._remember(step, float("nan") if lost else worst, grads_ok=not grads)
+        if stop_any and self.stop_step is None:
+            self.stop_step = step
         if lost:
-            raise NonFiniteStepError(step, "the training loss is NaN/inf")
+            raise NonFiniteStepError(step, "the training loss is NaN/inf", self.losses)
         if grads:
-            raise NonFiniteStepError(step, "the gradient norm is NaN/inf (the loss was finite)")
+            raise NonFiniteStepError(step, "the gradient norm is NaN/inf (the loss was finite)", self.losses)
 
     def check_after_step(self, params: list[torch.Tensor], step: int) -> None:
         """Raise if the update itself made a weight NaN/inf (say an absurd learning rate)."""
         if self.enabled and _any_rank(nonfinite_count(params).reshape(1))[0]:
-            raise NonFiniteStepError(step, "the optimizer step made weights NaN/inf (the gradients were finite)")
+            raise NonFiniteStepError(
+                step, "the optimizer step made weights NaN/inf (the gradients were finite)", self.losses
+            )
+
+    def losses_since(self, step: int) -> dict[int, tuple[float, bool]]:
+        """The recorded losses of the steps after `step` (what a checkpoint keeps of the history)."""
+        return {s: v for s, v in self.losses.items() if s > step}
 
 
 def refuse_nonfinite_load(module: torch.nn.Module, incompatible_keys=None) -> None:
@@ -94,8 +126,15 @@ def refuse_nonfinite_load(module: torch.nn.Module, incompatible_keys=None) -> No
 
 
 def build_ao_loss(job_config, guard: StepGuard, **kwargs):
-    """torchtitan `build_loss_fn`: the summed AO cross-entropy, optionally compiled, recorded by `guard`."""
-    loss_fn = ao_cross_entropy
+    """torchtitan `build_loss_fn`: the summed AO cross-entropy over the tokenizer's real vocabulary (the
+    head's padded rows get no mass), optionally compiled, recorded by `guard`."""
+    from .data.tokenizer import load_tokenizer
+
+    vocab_size = load_tokenizer(job_config.aogpt.tokenizer).get_vocab_size()  # as model/args.py sets it
+
+    def loss_fn(pred: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return ao_cross_entropy(pred, labels, vocab_size)
+
     if job_config.compile.enable and "loss" in job_config.compile.components:
         loss_fn = torch.compile(loss_fn, backend=job_config.compile.backend)
     guard.enabled = job_config.aogpt.nan_check
@@ -103,7 +142,7 @@ def build_ao_loss(job_config, guard: StepGuard, **kwargs):
 
     def watched(pred: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         loss = loss_fn(pred, labels)
-        guard.record(loss)
+        guard.record(loss, labels)
         return loss
 
     return watched

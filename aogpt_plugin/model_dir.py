@@ -4,6 +4,9 @@
 write it from a model in memory (`save_model`), and every reader goes through `read_config` /
 `load_model_dir`, which check it before any weight is read. A folder is (re)placed atomically:
 written to a temporary sibling and renamed, so a failure never leaves a half-written folder.
+Replacing is allowed only for a model folder (nothing a user wrote there is deleted), and only one
+process at a time writes a given folder (an fcntl lock `.NAME.aogpt-lock` beside it, released when
+the process ends, also by a crash).
 
 config.json:
     format, format_version   "aogpt-converted", 1
@@ -12,12 +15,15 @@ config.json:
                              "symbols:V", or "tokenizer.json", a copy kept inside the folder
     vocab_size               the tokenizer's vocabulary size
     step, weights, source    the checkpoint step, "ema" or "raw", and the step folder it came from
+    model_sha256             sha256 of model.safetensors, checked on load (folders without it load unchecked)
     ...                      anything else the writer adds (e.g. ema_updates)
 """
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
+import hashlib
 import json
 import os
 import shutil
@@ -32,7 +38,19 @@ from .model import AOGPT, AOGPTModelArgs
 FORMAT = "aogpt-converted"
 FORMAT_VERSION = 1
 TOKENIZER_FILE = "tokenizer.json"
-_KNOWN = ("format", "format_version", "model_args", "tokenizer", "vocab_size", "step", "weights", "source")
+WEIGHTS_FILE = "model.safetensors"
+_FOLDER_FILES = ("config.json", WEIGHTS_FILE, TOKENIZER_FILE)  # all a model folder holds
+_KNOWN = (
+    "format",
+    "format_version",
+    "model_args",
+    "tokenizer",
+    "vocab_size",
+    "step",
+    "weights",
+    "source",
+    "model_sha256",
+)
 
 
 @dataclass
@@ -45,6 +63,7 @@ class ModelDirConfig:
     weights: str = "raw"
     source: str | None = None
     extra: dict = field(default_factory=dict)
+    model_sha256: str | None = None  # of model.safetensors; set by save_model_dir
 
     @property
     def vocab_size(self) -> int:
@@ -62,6 +81,8 @@ class ModelDirConfig:
         }
         if self.source is not None:
             out["source"] = self.source
+        if self.model_sha256 is not None:
+            out["model_sha256"] = self.model_sha256
         return {**out, **self.extra}
 
     def build_tokenizer(self, path: str = "model", check_vocab: bool = True):
@@ -106,6 +127,7 @@ def read_config(path: str) -> ModelDirConfig:
         weights=raw.get("weights", "raw"),
         source=raw.get("source"),
         extra={k: v for k, v in raw.items() if k not in _KNOWN},
+        model_sha256=raw.get("model_sha256"),
     )
 
 
@@ -125,13 +147,21 @@ class ModelDir:
         return self.config.build_tokenizer(self.path, check_vocab)
 
 
-def load_model_dir(path: str, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> ModelDir:
+def load_model_dir(
+    path: str, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32, verify: bool = True
+) -> ModelDir:
+    """The model of a folder. `verify` checks model.safetensors against the sha256 in config.json
+    (a flipped byte may still parse as finite weights); folders written before it was recorded load
+    unchecked."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     config = read_config(path)
+    weights_file = os.path.join(path, WEIGHTS_FILE)
+    if verify and config.model_sha256 is not None:
+        verify_weights(weights_file, config.model_sha256)
     try:
-        state = load_file(os.path.join(path, "model.safetensors"), device=str(device))
+        state = load_file(weights_file, device=str(device))
     except (OSError, SafetensorError) as e:
         raise UserError(f"model directory {path!r}: cannot read model.safetensors ({type(e).__name__})") from None
     check_finite(state, f"model directory {path!r}")
@@ -161,8 +191,122 @@ def check_finite(state: dict[str, torch.Tensor], where: str) -> None:
             raise UserError(f"{where}: tensor {name!r} holds {bad} NaN/inf values of {t.numel()}; refusing to use it")
 
 
-def check_out_dir(out_dir: str) -> None:
-    """OUT_DIR can be (re)placed: not a file, and its parent is (or can become) a folder."""
+def file_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def verify_weights(weights_file: str, expected: str) -> None:
+    """model.safetensors is the file config.json was written with, byte for byte."""
+    try:
+        actual = file_sha256(weights_file)
+    except OSError as e:
+        raise UserError(f"{weights_file!r} cannot be read ({e.strerror or type(e).__name__})") from None
+    if actual != expected:
+        raise UserError(
+            f"{weights_file!r} does not match the sha256 recorded in its config.json (the file is corrupt or was "
+            "changed); convert the model again, or pass --no-verify (lm-eval: verify=false) to load it anyway"
+        )
+
+
+def is_model_folder(path: str) -> bool:
+    """A folder `aogpt convert` / `save_model` wrote: its config.json is in our format."""
+    try:
+        with open(os.path.join(path, "config.json")) as f:
+            raw = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(raw, dict) and raw.get("format") == FORMAT
+
+
+def _check_replaceable(out_dir: str, force: bool) -> None:
+    """An existing OUT_DIR is replaced only with --force, and only if it is a model folder holding
+    nothing else: replacing deletes the old folder, so no file a user put there may be in it."""
+    if not os.path.exists(out_dir):
+        return
+    if not force:
+        raise UserError(f"output directory {out_dir!r} already exists; pass --force to replace it")
+    if not is_model_folder(out_dir):
+        raise UserError(
+            f"output directory {out_dir!r} is not a model folder (no {FORMAT} config.json); --force replaces "
+            "only a folder `aogpt convert` wrote, never other files: choose a new folder"
+        )
+    others = sorted(set(os.listdir(out_dir)) - set(_FOLDER_FILES))
+    if others:
+        raise UserError(
+            f"output directory {out_dir!r} holds {others[0]!r}, which is not part of a model folder; --force "
+            "would delete it: move it out or choose a new folder"
+        )
+
+
+_held_locks: dict[str, tuple[int, str, bool]] = {}  # abs OUT_DIR -> (fd, lock file, force)
+
+
+def _lock_path(out_dir: str) -> str:
+    parent, name = os.path.split(os.path.abspath(out_dir))
+    return os.path.join(parent, f".{name}.aogpt-lock")
+
+
+def _acquire_lock(out_dir: str, force: bool) -> None:
+    """Take OUT_DIR's writer lock (re-entrant in this process). Two writers into one folder would
+    each replace the other's result; the second is refused instead."""
+    import fcntl
+
+    key = os.path.abspath(out_dir)
+    if key in _held_locks:
+        fd, path, _ = _held_locks[key]
+        _held_locks[key] = (fd, path, force)
+        return
+    path = _lock_path(out_dir)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise UserError(
+                f"output directory {out_dir!r} is being written by another aogpt process (pid {holder}); "
+                "two writers would replace each other's folder: wait for it to finish or choose another folder"
+            ) from None
+        try:  # a releasing holder unlinks the file: lock the file that is still there
+            current = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            current = False
+        if current:
+            break
+        os.close(fd)
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    if not _held_locks:
+        atexit.register(_release_all_locks)
+    _held_locks[key] = (fd, path, force)
+
+
+def _release_lock(out_dir: str) -> None:
+    held = _held_locks.pop(os.path.abspath(out_dir), None)
+    if held is None:
+        return
+    fd, path, _ = held
+    try:
+        os.unlink(path)  # while still locked, so no one else holds this file
+    except FileNotFoundError:
+        pass
+    os.close(fd)
+
+
+def _release_all_locks() -> None:
+    for key in list(_held_locks):
+        _release_lock(key)
+
+
+def check_out_dir(out_dir: str, force: bool = False) -> None:
+    """OUT_DIR can be (re)placed, checked before any expensive work: not a file, its parent is (or can
+    become) a folder, it does not exist unless `force`, and then it is a model folder. Takes the
+    folder's writer lock, held until `save_model_dir` has written it (or the process ends)."""
     if os.path.isfile(out_dir):
         raise UserError(f"output directory {out_dir!r} is a file; give a folder path")
     parent = os.path.dirname(os.path.abspath(out_dir))
@@ -172,6 +316,15 @@ def check_out_dir(out_dir: str) -> None:
         raise UserError(f"output directory {out_dir!r} cannot be created: {parent!r} is a file")
     if not os.access(parent, os.W_OK):
         raise UserError(f"output directory {out_dir!r} cannot be created: {parent!r} is not writable")
+    held = os.path.abspath(out_dir) in _held_locks
+    if parent == os.path.dirname(os.path.abspath(out_dir)):  # else save_model_dir locks once it exists
+        _acquire_lock(out_dir, force)
+    try:
+        _check_replaceable(out_dir, force)
+    except UserError:
+        if not held:  # a refused folder is not kept locked
+            _release_lock(out_dir)
+        raise
 
 
 _TEMP_PREFIX = ".aogpt-convert-"
@@ -198,35 +351,46 @@ def _alive(pid: int) -> bool:
 
 
 def save_model_dir(out_dir: str, state: dict[str, torch.Tensor], config: ModelDirConfig) -> None:
-    """Atomically (re)place OUT_DIR with model.safetensors + config.json."""
+    """Atomically (re)place OUT_DIR with model.safetensors + config.json (recording the weights' sha256),
+    under OUT_DIR's writer lock. An existing OUT_DIR is replaced only if it is a model folder; after
+    `check_out_dir(out_dir, force=False)` in this process, not at all."""
     from safetensors.torch import save_file
 
-    check_out_dir(out_dir)
-    check_finite(state, f"writing {out_dir!r}")
-    parent = os.path.dirname(os.path.abspath(out_dir)) or "."
-    os.makedirs(parent, exist_ok=True)
-    _remove_stale_temporaries(parent)
-    tmp = tempfile.mkdtemp(prefix=f"{_TEMP_PREFIX}{os.getpid()}-", dir=parent)
+    key = os.path.abspath(out_dir)
+    force = _held_locks[key][2] if key in _held_locks else True
+    parent = os.path.dirname(key) or "."
     try:
-        os.chmod(tmp, 0o755)
-        save_file({k: v.contiguous() for k, v in state.items()}, os.path.join(tmp, "model.safetensors"))
-        if config.tokenizer.endswith(".json"):  # the folder carries its tokenizer
-            shutil.copyfile(config.tokenizer, os.path.join(tmp, TOKENIZER_FILE))
-            config = dataclasses.replace(config, tokenizer=TOKENIZER_FILE)
-        with open(os.path.join(tmp, "config.json"), "w") as f:
-            json.dump(config.to_json(), f, indent=2)
-        for name in os.listdir(tmp):
-            os.chmod(os.path.join(tmp, name), 0o644)
-        if os.path.exists(out_dir):
-            old = tmp + ".old"
-            os.rename(out_dir, old)
-            os.rename(tmp, out_dir)
-            shutil.rmtree(old)
-        else:
-            os.rename(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        check_out_dir(out_dir, force)
+        check_finite(state, f"writing {out_dir!r}")
+        os.makedirs(parent, exist_ok=True)
+        _acquire_lock(out_dir, force)
+        _check_replaceable(out_dir, force)  # again, under the lock
+        _remove_stale_temporaries(parent)
+        tmp = tempfile.mkdtemp(prefix=f"{_TEMP_PREFIX}{os.getpid()}-", dir=parent)
+        try:
+            os.chmod(tmp, 0o755)
+            weights_file = os.path.join(tmp, WEIGHTS_FILE)
+            save_file({k: v.contiguous() for k, v in state.items()}, weights_file)
+            config = dataclasses.replace(config, model_sha256=file_sha256(weights_file))
+            if config.tokenizer.endswith(".json"):  # the folder carries its tokenizer
+                shutil.copyfile(config.tokenizer, os.path.join(tmp, TOKENIZER_FILE))
+                config = dataclasses.replace(config, tokenizer=TOKENIZER_FILE)
+            with open(os.path.join(tmp, "config.json"), "w") as f:
+                json.dump(config.to_json(), f, indent=2)
+            for name in os.listdir(tmp):
+                os.chmod(os.path.join(tmp, name), 0o644)
+            if os.path.exists(out_dir):
+                old = tmp + ".old"
+                os.rename(out_dir, old)
+                os.rename(tmp, out_dir)
+                shutil.rmtree(old)
+            else:
+                os.rename(tmp, out_dir)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    finally:
+        _release_lock(out_dir)
 
 
 def save_model(model: AOGPT, out_dir: str, tokenizer: str = "gpt2", **extra) -> ModelDirConfig:

@@ -25,6 +25,12 @@ from .loss import StepGuard
 OPTIMIZERS = {"Adam": torch.optim.Adam, "AdamW": torch.optim.AdamW}
 
 
+def check_optimizer_name(name: str) -> None:
+    """The optimizers this container builds; preflight asks before any process group, the builder again."""
+    if name not in OPTIMIZERS:
+        raise ConfigError(f"optimizer.name={name!r} is not supported; allowed: {', '.join(OPTIMIZERS)}")
+
+
 class AOGPTOptimizersContainer(OptimizersContainer):
     def __init__(self, model_parts, optimizer_cls, optimizer_kwargs, guard: StepGuard | None = None):
         all_params = []
@@ -45,6 +51,8 @@ class AOGPTOptimizersContainer(OptimizersContainer):
         self.configured_lr = optimizer_kwargs["lr"]
         self.emas = [m.ema for m in model_parts if getattr(m, "ema", None) is not None]
         self.guard = guard
+        if guard is not None:  # SIGTERM / Ctrl-C now finish the step and save (stop_request.py)
+            guard.stop.install()
 
     def steps_done(self) -> int:
         """Optimizer steps taken so far, resumed ones included (AdamW's own per-parameter count)."""
@@ -102,8 +110,7 @@ def build_aogpt_optimizers(model_parts, optimizer_config, parallel_dims, ft_mana
                 "which never update the EMA; allowed with them: [ema] enable = false"
             )
         return build_optimizers(model_parts, optimizer_config, parallel_dims, ft_manager)
-    if name not in OPTIMIZERS:
-        raise ConfigError(f"optimizer.name={name!r} is not supported; allowed: {', '.join(OPTIMIZERS)}")
+    check_optimizer_name(name)
     impl = optimizer_config.implementation
     kwargs = {
         "lr": optimizer_config.lr,

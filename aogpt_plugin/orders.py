@@ -47,6 +47,18 @@ def parse_order_kind(spec: str, key: str = "aogpt.order") -> tuple[str, int]:
     return kind, 0
 
 
+def canonical_order(spec: str, key: str = "aogpt.order") -> str:
+    """The one spelling of an order spec ('uniform' -> 'random'), checked: what a config stores."""
+    kind, block = parse_order_kind(spec, key)
+    return f"blockwise:{block}" if kind == "blockwise" else kind
+
+
+def check_p_l2r(p_l2r: float, key: str = "aogpt.p_l2r") -> None:
+    """The share of left-to-right sequences under `mixture` is a probability (config and sampler both ask)."""
+    if not 0.0 <= p_l2r <= 1.0:
+        raise ConfigError(f"{key}={p_l2r} is outside the allowed range [0, 1]")
+
+
 def blockwise_order(n: int, block: int, g: torch.Generator) -> torch.Tensor:
     """One fixed permutation of `block` slots applied inside every block, blocks left to right.
     A short last block keeps the relative order of the permutation's entries that fit."""
@@ -67,8 +79,7 @@ class OrderSampler:
         import torch
 
         self.kind, self.block = parse_order_kind(spec)
-        if not 0.0 <= p_l2r <= 1.0:
-            raise ConfigError(f"aogpt.p_l2r={p_l2r} is outside the allowed range [0, 1]")
+        check_p_l2r(p_l2r)
         self.spec, self.seq_len, self.p_l2r, self.seed = spec, seq_len, p_l2r, seed
         self._fixed = None
         if self.kind == "fixed_random":

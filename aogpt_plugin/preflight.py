@@ -14,13 +14,15 @@ import os
 import re
 import warnings
 
-from .checkpoints import has_metadata, newest_complete_step, saved_world, step_folders
+from .checkpoint_save import check_resume_matches, check_resume_shapes
+from .checkpoints import has_metadata, newest_complete_step, read_record, saved_world, step_folders
 from .data.synthetic import MarkovSpec
 from .data.text_files import check_text_files, list_text_files
 from .data.tokenizer import load_tokenizer
 from .errors import ConfigError
-from .job_config import check_types
+from .job_config import check_cli_args, check_types, unknown_toml_keys
 from .model import FLAVORS
+from .model.args import check_positions
 
 CUSTOM_CONFIG_MODULE = "aogpt_plugin.job_config"
 SYNTHETIC = "synthetic"  # --training.dataset synthetic --training.dataset_path markov:... (data/synthetic.py)
@@ -28,17 +30,28 @@ _BOX = re.compile(r"[│╭╮╰╯─]+")
 
 
 def parse_job_config(argv: list[str]):
-    """torchtitan's own parser (TOML < CLI). Its errors, and the boxed usage errors of its CLI
-    library, become one ConfigError line; `--help` still prints the full help."""
+    """torchtitan's own parser (TOML < CLI). First every TOML key and CLI option is checked against
+    the merged JobConfig (all unknown ones named, with the nearest valid key; CLI values against
+    their types); what is left of its errors, and of its CLI library's boxed usage errors, becomes one
+    ConfigError line; `--help` still prints the full help."""
     from torchtitan.config import ConfigManager
 
-    err = io.StringIO()
+    err, manager = io.StringIO(), ConfigManager()
     try:
         with contextlib.redirect_stderr(err), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "field annotated int but default is str": reported below
-            return ConfigManager().parse_args(argv)
+            toml = manager._maybe_load_toml(argv)  # torchtitan 0.2.2's own TOML lookup and class merge
+            config_cls = manager._maybe_add_custom_config(argv, toml)
+            unknown = unknown_toml_keys(config_cls, toml or {})
+            if unknown:
+                keys = f"key{'s' * (len(unknown) > 1)}"
+                raise ConfigError(f"unknown {keys} in {_config_file(argv)}: {', '.join(unknown)}")
+            check_cli_args(config_cls, argv)
+            return manager.parse_args(argv)
     except ConfigError:
         raise
+    except ImportError as e:
+        raise ConfigError(f"job.custom_config_module: {e}; allowed: {CUSTOM_CONFIG_MODULE!r}") from None
     except (ValueError, FileNotFoundError, AssertionError) as e:  # torchtitan's own checks
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise ConfigError(first) from None
@@ -46,9 +59,26 @@ def parse_job_config(argv: list[str]):
         if not e.code:  # --help
             print(err.getvalue(), end="")
             raise
-        lines = [_BOX.sub(" ", line).strip() for line in err.getvalue().splitlines()]
-        message = next((line for line in lines if line and not line.endswith("error")), "invalid arguments")
-        raise ConfigError(message) from None
+        raise ConfigError(_box_message(err.getvalue())) from None
+
+
+def _config_file(argv: list[str]) -> str:
+    for i, arg in enumerate(argv):
+        key, eq, value = arg.partition("=")
+        if key in ("--job.config_file", "--job.config-file"):
+            return value if eq else argv[i + 1]
+    return "the TOML file"
+
+
+def _box_message(text: str) -> str:
+    """The first part of tyro's boxed error, its wrapped lines joined (a value is not cut off)."""
+    lines = [_BOX.sub(" ", line).strip() for line in text.splitlines() if line.strip()]
+    body = []
+    for line in lines[1:]:  # lines[0] is the box title, e.g. "Value error"
+        if not line:  # a ─── rule ends the first part
+            break
+        body.append(line)
+    return " ".join(body) or (lines[0] if lines else "invalid arguments")
 
 
 def _check_dataset(name: str, path: str | None, section: str) -> None:
@@ -93,11 +123,7 @@ def _check_sizes_and_rates(job_config, max_seq_len: int, flavor: str) -> None:
         [("validation", job_config.validation)] if job_config.validation.enable else []
     )
     for name, section in sections:
-        if not 1 <= section.seq_len <= max_seq_len:
-            raise ConfigError(
-                f"{name}.seq_len={section.seq_len} is outside the positions of model.flavor={flavor!r}; "
-                f"allowed: 1..{max_seq_len}"
-            )
+        check_positions(f"{name}.seq_len", section.seq_len, max_seq_len, f"model.flavor={flavor!r}")
         _at_least(f"{name}.local_batch_size", section.local_batch_size, 1)
     _at_least("training.steps", training.steps, 1)
     if training.max_norm <= 0:
@@ -120,18 +146,11 @@ def _check_components(job_config) -> None:
     from torchtitan.components import quantization  # noqa: F401  (registers the float8 / MX converters)
     from torchtitan.protocols.model_converter import _registry_model_converter_cls as converters
 
-    from .optimizer import OPTIMIZERS
+    from .infra.parallelize import check_parallelism
+    from .optimizer import check_optimizer_name
 
-    par = job_config.parallelism
-    for key in ("tensor_parallel_degree", "context_parallel_degree", "pipeline_parallel_degree"):
-        if getattr(par, key) > 1:
-            raise ConfigError(
-                f"parallelism.{key}={getattr(par, key)} is not supported by aogpt; allowed: 1 (use FSDP/HSDP/DDP)"
-            )
-    if job_config.optimizer.name not in OPTIMIZERS:
-        raise ConfigError(
-            f"optimizer.name={job_config.optimizer.name!r} is not supported; allowed: {', '.join(OPTIMIZERS)}"
-        )
+    check_parallelism(job_config.parallelism)
+    check_optimizer_name(job_config.optimizer.name)
     if job_config.optimizer.early_step_in_backward and job_config.ema.enable:
         raise ConfigError(
             "optimizer.early_step_in_backward=true never updates the EMA; allowed with it: [ema] enable = false"
@@ -182,6 +201,11 @@ def _check_resume(job_config, world_size: int) -> None:
             f"{step_dir!r} holds only the model (the final save of a finished run) and cannot be resumed; "
             f"raise training.steps to continue from an earlier full checkpoint with --checkpoint.load_step, or {fresh}"
         )
+    if "model" not in ckpt.exclude_from_loading:
+        if read_record(step_dir) is not None:
+            check_resume_matches(job_config, step_dir)
+        else:
+            check_resume_shapes(job_config, step_dir)
 
 
 def check_job_config(job_config, world_size: int = 1) -> None:

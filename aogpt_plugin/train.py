@@ -6,7 +6,10 @@ config is parsed and checked (preflight.py) and rank 0 takes an exclusive lock o
 so a second run cannot overwrite this one's checkpoints and TensorBoard logs. A bad value, or a
 folder in use, is one `error:` line (printed by rank 0) and exit status 2; a run stopped by the
 step guard (loss.py) is one `error:` line naming the step, what was non-finite, the newest
-checkpoint on disk and the command that resumes from it, and exit status 3.
+checkpoint whose weights still gave a normal loss and the command that resumes it, exit status 3.
+SIGTERM or a first Ctrl-C finish the step, save it (checkpoint_save.py) and exit 128 + the signal
+number with one line naming the checkpoint and the resume command; a second Ctrl-C stops at once
+(exit 130). A full disk during a save is one line naming the newest complete checkpoint (exit 2).
 Run without torchrun, it is a world of one process. Ranks other than 0 log warnings only, unless
 AOGPT_LOG_ALL_RANKS=1.
 """
@@ -14,9 +17,12 @@ AOGPT_LOG_ALL_RANKS=1.
 from __future__ import annotations
 
 import fcntl
+import json
 import logging
 import os
+import re
 import shlex
+import signal
 import socket
 import sys
 
@@ -60,40 +66,78 @@ def hold_dump_folder(folder: str):
     return f
 
 
-def resume_command(argv: list[str], step: int, lr: float, world_size: int) -> str:
-    """This run's command line, resuming `step` with learning rate `lr` (older choices of both dropped)."""
+def command_line(argv: list[str], world_size: int, **options) -> str:
+    """This run's command line with `options` ({"checkpoint.load_step": 4}) set, replacing earlier
+    choices of the same keys."""
+    keys = {"__" + k for k in options}
     kept, skip = [], False
     for arg in argv:
         if skip:
             skip = False
             continue
         key = arg.split("=", 1)[0].replace("-", "_")
-        if key in ("__checkpoint.load_step", "__optimizer.lr"):
+        if key in keys:
             skip = "=" not in arg
             continue
         kept.append(arg)
+    tail = [x for k, v in options.items() for x in (f"--{k}", v if isinstance(v, str) else f"{v:g}")]
     launcher = "python -m" if world_size == 1 else f"torchrun --nproc_per_node={world_size} -m"
-    tail = ["--checkpoint.load_step", str(step), "--optimizer.lr", f"{lr:g}"]
     return f"{launcher} aogpt_plugin.train {shlex.join(kept + tail)}"
 
 
-def stopped_message(error, job_config, argv: list[str], world_size: int) -> str:
-    from .checkpoints import newest_complete_step
+def resume_command(argv: list[str], step: int, lr: float, world_size: int) -> str:
+    """This run's command line, resuming `step` with learning rate `lr` (older choices of both dropped)."""
+    return command_line(argv, world_size, **{"checkpoint.load_step": step, "optimizer.lr": lr})
 
+
+def _complete_steps(folder: str) -> list[int]:
+    from .checkpoints import has_metadata, step_folders
+
+    return [s for s in step_folders(folder) if has_metadata(os.path.join(folder, f"step-{s}"))]
+
+
+def stopped_message(error, job_config, argv: list[str], world_size: int) -> str:
+    """The NaN/inf stop: name the newest checkpoint whose weights still gave a normal loss, and a
+    command that resumes it with a tenth of the learning rate."""
+    from .checkpoints import healthy_checkpoint
+
+    folder = os.path.join(job_config.job.dump_folder, job_config.checkpoint.folder)
+    lr = job_config.optimizer.lr / 10
+    complete = _complete_steps(folder) if job_config.checkpoint.enable else []
+    good = healthy_checkpoint(folder, getattr(error, "losses", {}), error.step) if complete else None
+    if good is None:
+        fresh = job_config.job.dump_folder.rstrip("/") + f"_lr{lr:g}"
+        command = command_line(argv, world_size, **{"optimizer.lr": lr, "job.dump_folder": fresh})
+        why = (
+            f"no checkpoint on disk (complete steps: {', '.join(map(str, complete))}) was followed by a loss in the "
+            "run's normal range"
+            if complete
+            else "no checkpoint is on disk"
+        )
+        return f"{error}. {why}: start again with a lower learning rate in a fresh folder: {command}"
+    command = resume_command(argv, good, lr, world_size)
+    return (
+        f"{error}. The newest checkpoint whose weights still gave a normal training loss is {folder}/step-{good} "
+        f"(complete steps: {', '.join(map(str, complete))}); resume it with a lower learning rate: {command}"
+    )
+
+
+def stop_request_message(stop, argv: list[str], world_size: int) -> str:
+    command = command_line(argv, world_size, **{"checkpoint.load_step": stop.step})
+    return f"{stop}: {stop.step_dir} is a complete checkpoint; resume with: {command}"
+
+
+def interrupted_message(signum: int, job_config, argv: list[str], world_size: int) -> str:
+    from .checkpoints import newest_complete_step
+    from .stop_request import SIGNAL_NAMES
+
+    how = f"stopped at once by {SIGNAL_NAMES.get(signum, signum)}"
     folder = os.path.join(job_config.job.dump_folder, job_config.checkpoint.folder)
     newest = newest_complete_step(folder) if job_config.checkpoint.enable else None
     if newest is None:
-        return (
-            f"{error}. No checkpoint is on disk: lower --optimizer.lr (now {job_config.optimizer.lr:g}) and start again"
-        )
-    from .checkpoints import has_metadata, step_folders
-
-    steps = [s for s in step_folders(folder) if has_metadata(os.path.join(folder, f"step-{s}"))]
-    command = resume_command(argv, newest, job_config.optimizer.lr / 10, world_size)
-    return (
-        f"{error}. The newest checkpoint on disk is {folder}/step-{newest} (complete steps: "
-        f"{', '.join(map(str, steps))}); resume one with a lower learning rate: {command}"
-    )
+        return f"{how}; no checkpoint is on disk"
+    command = command_line(argv, world_size, **{"checkpoint.load_step": newest})
+    return f"{how}; the newest complete checkpoint is {folder}/step-{newest}; resume with: {command}"
 
 
 def forget_elastic_traceback() -> None:
@@ -105,8 +149,51 @@ def forget_elastic_traceback() -> None:
         os.remove(path)
 
 
+class _KnownNoise(logging.Filter):
+    """Drops log lines every run printed that say nothing about it, and makes torchtitan's
+    "Building <model> <flavor>with {<a JSON dump>}" one line. Matched by message, so anything
+    else these loggers say still shows."""
+
+    def __init__(self, drop: tuple[str, ...]) -> None:
+        super().__init__()
+        self.drop = drop
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.msg if isinstance(record.msg, str) else ""
+        if any(part in msg for part in self.drop):
+            return False
+        built = re.fullmatch(r"Building (.+?) ?with (\{.*\})", msg, re.DOTALL)
+        if built:
+            try:
+                args = json.loads(built.group(2))
+            except ValueError:
+                return True
+            record.msg = f"Building {built.group(1)}: " + ", ".join(f"{k}={v}" for k, v in args.items())
+            record.args = ()
+        return True
+
+
+def quiet_known_noise(accelerator: bool) -> None:
+    """torchtitan's version line (it explains its own 0.0.0 fallback), and what importing torchao
+    (float8 converters) logs: torch's pytree deprecation of its Enum registration and, on a CPU, the
+    absence of its CUDA kernels and of triton (idempotent)."""
+    cpu_only = () if accelerator else ("Failed to load", "Detected no triton")
+    loggers = {
+        "": ("torchtitan version: ",),  # torchtitan logs through the root logger
+        "torchao": cpu_only,
+        "torchao.kernel.intmm": cpu_only,
+        "torch.utils._pytree": ("is an Enum subclass and is now natively supported by torch.compile",),
+    }
+    for name, drop in loggers.items():
+        log = logging.getLogger(name)
+        if drop and not any(isinstance(f, _KnownNoise) for f in log.filters):
+            log.addFilter(_KnownNoise(drop))
+
+
 def _quiet_other_ranks(titan, rank: int) -> None:
-    """torchtitan logs every line on every rank; keep rank 0's (others: warnings) unless asked."""
+    """torchtitan logs every line on every rank; keep rank 0's (others: warnings) unless asked.
+    Every rank drops the known noise (quiet_known_noise)."""
+    quiet_known_noise(has_accelerator())
     if rank == 0 or os.environ.get("AOGPT_LOG_ALL_RANKS") == "1":
         return
     init_logger = titan.init_logger
@@ -132,6 +219,7 @@ def main() -> int:
         enable_torchtitan_on_cpu()
     from .loss import NonFiniteStepError
     from .preflight import check_job_config, parse_job_config
+    from .stop_request import StopRequested, stop_at_once_until_training
     from .train_spec import register
 
     register()
@@ -145,11 +233,19 @@ def main() -> int:
     import torchtitan.train as titan
 
     _quiet_other_ranks(titan, rank)
+    stop_at_once_until_training()  # the optimizers then take over: finish the step and save
     try:
         titan.main(titan.Trainer)  # parses sys.argv again, exactly as `-m torchtitan.train` would
     except NonFiniteStepError as e:
         forget_elastic_traceback()
         return fail(stopped_message(e, job_config, argv, world_size), 3)
+    except StopRequested as e:
+        forget_elastic_traceback()
+        return fail(stop_request_message(e, argv, world_size), 128 + e.signum)
+    except KeyboardInterrupt as e:
+        forget_elastic_traceback()
+        signum = getattr(e, "signum", signal.SIGINT)
+        return fail(interrupted_message(signum, job_config, argv, world_size), 128 + signum)
     except UserError as e:  # e.g. a checkpoint with NaN weights, refused while loading
         forget_elastic_traceback()
         return fail(str(e), 2)

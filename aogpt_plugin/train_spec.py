@@ -9,6 +9,7 @@ from functools import partial
 from torchtitan.protocols.train_spec import TrainSpec, register_train_spec
 from torchtitan.protocols.train_spec import _extra_train_specs as _registered
 
+from .checkpoint_save import install as install_checkpoint_hook
 from .data.tokenizer import load_tokenizer
 from .dataloader import build_ordered_dataloader, register_datasets
 from .infra.parallelize import parallelize_aogpt
@@ -77,9 +78,13 @@ def quiet_known_warnings() -> None:
 
 
 def register() -> None:
-    """Register the `aogpt` TrainSpec and the `openwebtext` / `local` datasets (idempotent), and
-    silence the warnings listed in KNOWN_HARMLESS_WARNINGS."""
+    """Register the `aogpt` TrainSpec and the `openwebtext` / `local` datasets, wrap the checkpoint
+    save (checkpoint_save.py; it acts on aogpt runs only) (idempotent), and silence the warnings
+    listed in KNOWN_HARMLESS_WARNINGS."""
+    from torchtitan.components.checkpoint import CheckpointManager
+
     quiet_known_warnings()
     register_datasets()
+    install_checkpoint_hook(CheckpointManager)  # records, a stop that saves, a full disk named
     if NAME not in _registered:
         register_train_spec(NAME, get_train_spec())

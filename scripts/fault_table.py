@@ -134,6 +134,51 @@ def rows(tmp: Path) -> list[tuple[str, str, str, str]]:
         "--validation.freq 100",
         lambda: finite_steps(tmp / "nan2" / "checkpoint"),
     )
+    add(
+        "that stop's advice, run verbatim",
+        f"{TRAIN} --job.dump_folder {{tmp}}/nanadv --optimizer.lr 1e4 --checkpoint.interval 1 --debug.seed 7 "
+        "--training.steps 10 --validation.freq 100 2>&1 | grep '^error: ' | sed 's/^.*: python -m aogpt_plugin.train/"
+        "python -m aogpt_plugin.train/' > {tmp}/advice.sh; bash {tmp}/advice.sh",
+        lambda: "it gets past the step that failed (the stop above names step 2; this one a later step)",
+        display=f"(the command the stop above printed) {TRAIN} ... --optimizer.lr 1000 --job.dump_folder D_lr1000",
+    )
+    wait_then = (
+        "for i in $(seq 900); do grep -q 'step:  3 ' {tmp}/%s.log && break; sleep 0.2; done; kill -%s $P; "
+        "wait $P; S=$?; cat {tmp}/%s.log; exit $S"
+    )
+    long_run = f"{TRAIN} {SMALL} --training.steps 400 --checkpoint.interval 100 --metrics.log_freq 1"
+    add(
+        "SIGTERM (SLURM preemption) in the middle of a run",
+        f"{long_run} --job.dump_folder {{tmp}}/term > {{tmp}}/term.log 2>&1 & P=$!; "
+        + wait_then % ("term", "TERM", "term"),
+        lambda: finite_steps(tmp / "term" / "checkpoint"),
+        display=f"{long_run} --job.dump_folder D & sleep 30; kill -TERM $!",
+    )
+    add(
+        "Ctrl-C in the middle of a run",
+        f"{long_run} --job.dump_folder {{tmp}}/int > {{tmp}}/int.log 2>&1 & P=$!; " + wait_then % ("int", "INT", "int"),
+        lambda: finite_steps(tmp / "int" / "checkpoint"),
+        display=f"{long_run} --job.dump_folder D, then Ctrl-C",
+    )
+
+    def full_disk():
+        (tmp / "full" / "checkpoint" / "step-4").mkdir(parents=True)
+        (tmp / "full" / "checkpoint" / "step-4" / "__0_0.distcp").symlink_to("/dev/full")
+
+    add(
+        "disk full during a checkpoint save",
+        f"{TRAIN} --job.dump_folder {{tmp}}/full {SMALL} --training.steps 6 --checkpoint.interval 2",
+        lambda: finite_steps(tmp / "full" / "checkpoint"),
+        setup=full_disk,
+        display=f"(step-4's data file is /dev/full) {TRAIN} --job.dump_folder D {SMALL} --training.steps 6 --checkpoint.interval 2",
+    )
+    run(f"{TRAIN} --job.dump_folder {tmp}/other {SMALL} --training.steps 2 --checkpoint.interval 2", ROOT)
+    for override in ("--model.flavor tiny", "--aogpt.conditioning concat", "--aogpt.tokenizer symbols:100"):
+        add(
+            f"resume a debugmodel/adaln/gpt2 checkpoint with `{override}`",
+            f"{TRAIN} --job.dump_folder {{tmp}}/other {SMALL} {override}",
+            lambda: finite_steps(tmp / "other" / "checkpoint"),
+        )
     holder = {}
     add(
         "a second run into the same --job.dump_folder",
@@ -234,6 +279,11 @@ def rows(tmp: Path) -> list[tuple[str, str, str, str]]:
     )
     (tmp / "afile").write_text("x")
     add("convert into OUT_DIR whose parent is a file", "aogpt convert {tmp}/conv/checkpoint {tmp}/afile/model")
+    add(
+        "convert a GPT-2 run with `--tokenizer symbols:100`",
+        "aogpt convert {tmp}/conv/checkpoint {tmp}/sym100 --tokenizer symbols:100",
+        lambda: f"no output folder: {not (tmp / 'sym100').exists()}",
+    )
 
     def garbage_distcp():
         for f in (tmp / "conv" / "checkpoint" / "step-2").glob("*.distcp"):

@@ -74,6 +74,21 @@ def run_torchrun(script_args: list[str], nproc: int = 1, timeout: int = 600, mod
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+def launch_train(args: list[str], env=None, timeout=300, popen=False):
+    """`python -m aogpt_plugin.train ARGS` from the repo root (one process), finished or, with
+    `popen`, running (stdout and stderr merged into one log for the caller to read)."""
+    cmd = [sys.executable, "-m", "aogpt_plugin.train", *args]
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **(env or {})}
+    if popen:
+        return subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+def error_lines(proc) -> list[str]:
+    """The `error:` lines and traceback headers a launcher run printed (one error line is the contract)."""
+    return [ln for ln in proc.stderr.splitlines() if ln.startswith(("error", "Traceback"))]
+
+
 def debug_train_args(dump: Path, steps: int, **overrides) -> list[str]:
     """aogpt_debug.toml shrunk for tests: seq 32, batch 4, checkpoints every `interval` steps."""
     args = {

@@ -46,3 +46,122 @@ def test_help_loads_no_torch(argv):
 def test_the_check_can_fail_a_command_that_imports_torch():
     proc = python("import sys\nimport aogpt_plugin.likelihood\nprint('torch' in sys.modules)")
     assert proc.stdout.strip() == "True"
+
+
+# ---- every message names the bad thing; output that cannot be written is one line ----
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    from conftest import tiny_model
+
+    from aogpt_plugin.model_dir import save_model
+
+    path = tmp_path_factory.mktemp("cli") / "model"
+    save_model(tiny_model("adaln", max_seq_len=24, preset="sampler"), str(path))
+    return str(path)
+
+
+def aogpt(argv: list[str], **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "aogpt_plugin.cli", *argv], capture_output=True, text=True, timeout=300, **kw
+    )
+
+
+def one_error_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and "Traceback" not in stderr, stderr[-2000:]
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (
+            ["sample", "--model", "M", "--num-smaples", "3"],
+            "aogpt sample: unrecognized argument --num-smaples; did you mean --num-samples?",
+        ),  # fmt: skip
+        (
+            ["eval", "ppl", "--model", "M", "--dataset", "ptb", "--ordr", "l2r"],
+            "unrecognized argument --ordr; did you mean --order?",
+        ),  # fmt: skip
+        (
+            ["bench", "sampler", "--modl=x"],
+            "aogpt bench sampler: unrecognized argument --modl=x; did you mean --model?",
+        ),
+        (["sample", "--model", "M", "--num-samples", "x"], "argument --num-samples: invalid int value: 'x'"),
+    ],
+)
+def test_an_unknown_option_is_named_with_the_closest_valid_one(capsys, argv, expected):
+    from aogpt_plugin.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    assert expected in one_error_line(capsys.readouterr().err)
+
+
+def test_output_to_a_full_disk_is_one_line_not_a_traceback(model_dir):
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "aogpt_plugin.cli",
+                "sample",
+                "--model",
+                model_dir,
+                "--length",
+                "8",
+                "--no-progress",
+            ],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+        )
+    assert proc.returncode == 1
+    assert one_error_line(proc.stderr) == "error: cannot write the output to stdout: No space left on device"
+
+
+def test_a_reader_that_left_before_the_output_is_a_silent_exit(model_dir):
+    """`aogpt sample | true`: the pipe is closed before the (buffered) samples are written at the end."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aogpt_plugin.cli", "sample", "--model", model_dir, "--length", "8", "--no-progress"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    proc.stdout.close()
+    stderr = proc.stderr.read()
+    assert proc.wait(timeout=300) == 0 and stderr == "", stderr
+
+
+def test_a_batch_that_cannot_fit_in_memory_is_refused_before_any_work(model_dir):
+    proc = aogpt(["sample", "--model", model_dir, "--num-samples", "1000000000"])
+    line = one_error_line(proc.stderr)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert line.startswith("error: --num-samples 1000000000 needs about ") and "allowed here: up to " in line
+
+
+def test_a_model_folder_whose_weights_changed_is_refused_by_aogpt_sample(model_dir, tmp_path):
+    import shutil
+
+    changed = tmp_path / "changed"
+    shutil.copytree(model_dir, changed)
+    weights = changed / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    for i in range(len(data) - 64, len(data)):  # 64 flipped bytes in the last tensor: still parses
+        data[i] ^= 0x01
+    weights.write_bytes(bytes(data))
+    proc = aogpt(["sample", "--model", str(changed), "--length", "8", "--no-progress"])
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert f"'{weights}' does not match the sha256 recorded in its config.json" in one_error_line(proc.stderr)
+    proc = aogpt(["sample", "--model", str(changed), "--length", "8", "--no-progress", "--no-verify"])
+    assert "sha256" not in proc.stderr
+
+
+@pytest.mark.parametrize("argv", [["eval", "ppl"], ["eval", "genppl"], ["bench", "sampler"]], ids=" ".join)
+def test_every_command_that_loads_a_model_folder_takes_no_verify(argv):
+    proc = aogpt([*argv, "--help"])
+    assert proc.returncode == 0 and "--no-verify" in proc.stdout

@@ -25,19 +25,20 @@ def test_infer_model_args_recovers_every_hyper_parameter(conditioning, overrides
     assert inferred.padded_vocab_size == 128
 
 
-def test_infer_model_args_keeps_an_unusual_padding():
-    args = dataclasses.replace(tiny_model().model_args, vocab_size=61, vocab_multiple=100)  # embedding 100 rows
-    shapes = {k: v.shape for k, v in tiny_model(vocab_size=61, vocab_multiple=100).state_dict().items()}
-    inferred = infer_model_args(shapes, vocab_size=61)
-    assert inferred.padded_vocab_size == args.padded_vocab_size == 100
-
-
-def test_infer_model_args_names_what_is_wrong():
+def test_infer_model_args_refuses_a_tokenizer_whose_vocabulary_the_embedding_cannot_hold():
+    """Reported: `--tokenizer symbols:100` on a GPT-2 run wrote vocab_size 100, and sampling gave garbage.
+    For a checkpoint without a record the embedding's rows (padded to 64) bound the vocabulary both ways."""
     with pytest.raises(UserError, match="no aogpt parameter 'tok_embeddings.weight'"):
         infer_model_args({"weight": torch.Size([2, 2])}, vocab_size=10)
-    shapes = {k: v.shape for k, v in tiny_model().state_dict().items()}
-    with pytest.raises(UserError, match="tokenizer vocabulary 50257 is larger than the checkpoint's embedding"):
-        infer_model_args(shapes, vocab_size=50257)
+    shapes = {k: v.shape for k, v in tiny_model(vocab_size=50257).state_dict().items()}  # 50304 rows
+    assert infer_model_args(shapes, vocab_size=50257).vocab_size == 50257
+    for vocab, spec in ((100, "symbols:100"), (50400, "symbols:50400")):  # smaller, larger
+        with pytest.raises(
+            UserError,
+            match=f"--tokenizer '{spec}' has {vocab} tokens but the checkpoint's embedding "
+            "has 50304 rows \\(a vocabulary of 50241..50304 tokens\\)",
+        ):
+            infer_model_args(shapes, vocab_size=vocab, tokenizer=spec)
 
 
 def _dcp_checkpoint(step_dir, model, nan_in: str | None = None):

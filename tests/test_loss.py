@@ -1,7 +1,10 @@
-"""The step guard: a NaN/inf loss, gradient or updated weight stops a step before anything is written,
-and a checkpoint with NaN/inf weights is refused by name when it is loaded."""
+"""The training loss over the real vocabulary (the head's padded rows take no part), and the step guard:
+a NaN/inf loss, gradient or updated weight stops a step before anything is written, and a checkpoint
+with NaN/inf weights is refused by name when it is loaded."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -9,7 +12,92 @@ from conftest import tiny_model
 
 from aogpt_plugin.ema import attach_ema
 from aogpt_plugin.errors import UserError
-from aogpt_plugin.loss import NonFiniteStepError, StepGuard, nonfinite_count, refuse_nonfinite_load
+from aogpt_plugin.likelihood import IGNORE_INDEX, ao_cross_entropy
+from aogpt_plugin.loss import NonFiniteStepError, StepGuard, build_ao_loss, nonfinite_count, refuse_nonfinite_load
+
+V, PADDED = 32, 64  # symbols:32, padded to vocab_multiple 64
+
+
+def _logits_and_labels(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    pred = torch.randn(3, 10, PADDED, generator=g) * 3
+    labels = torch.randint(0, V, (3, 10), generator=g)
+    labels[0, :4] = IGNORE_INDEX
+    labels[2, 7] = IGNORE_INDEX
+    return pred, labels
+
+
+def _real_vocab_ce(pred: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The reference: -log softmax over the first V logits at each kept label, summed, in float64."""
+    keep = labels != IGNORE_INDEX
+    logp = torch.log_softmax(pred[..., :V].double(), -1)
+    return -logp[keep].gather(-1, labels[keep].unsqueeze(-1)).sum()
+
+
+def _padded_softmax_ce(pred: torch.Tensor, labels: torch.Tensor) -> float:
+    return torch.nn.functional.cross_entropy(pred.flatten(0, 1), labels.flatten(), reduction="sum").item()
+
+
+def _padded_variants(pred: torch.Tensor) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(7)
+    out = {}
+    for name, fill in {
+        "huge": torch.full((PADDED - V,), 1e4),
+        "float_max": torch.full((PADDED - V,), torch.finfo(torch.float32).max),
+        "very_negative": torch.full((PADDED - V,), -1e30),
+        "random": torch.randn(3, 10, PADDED - V, generator=g) * 100,
+    }.items():
+        p = pred.clone()
+        p[..., V:] = fill
+        out[name] = p
+    return out
+
+
+def test_training_ce_is_over_the_real_vocabulary_whatever_the_padded_logits_hold():
+    pred, labels = _logits_and_labels()
+    expected = _real_vocab_ce(pred, labels)
+    loss = ao_cross_entropy(pred, labels, V)
+    assert loss.dtype == torch.float32
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-6)
+    # the padded softmax (the authors' loss) differs: the 32 padding rows would take mass
+    assert _padded_softmax_ce(pred, labels) > loss.item() + 1.0
+    for name, variant in _padded_variants(pred).items():
+        assert torch.equal(ao_cross_entropy(variant, labels, V), loss), name
+
+
+def test_padded_logits_get_no_gradient_and_ignored_labels_count_nothing():
+    pred, labels = _logits_and_labels(1)
+    pred.requires_grad_(True)
+    ao_cross_entropy(pred, labels, V).backward()
+    assert torch.count_nonzero(pred.grad[..., V:]) == 0
+    assert torch.count_nonzero(pred.grad[0, :4]) == 0 and torch.count_nonzero(pred.grad[2, 7]) == 0
+    assert torch.count_nonzero(pred.grad[1, :, :V]) > 0
+    # every label ignored: nothing to score
+    assert ao_cross_entropy(pred.detach(), torch.full_like(labels, IGNORE_INDEX), V).item() == 0.0
+    # bfloat16 logits (autocast) are scored in float32
+    loss = ao_cross_entropy(pred.detach().bfloat16(), labels, V)
+    assert loss.dtype == torch.float32
+    assert loss.item() == pytest.approx(_real_vocab_ce(pred.detach().bfloat16().float(), labels).item(), rel=1e-5)
+
+
+def _job_config(tokenizer: str, compile_backend: str | None = None) -> SimpleNamespace:
+    return SimpleNamespace(
+        aogpt=SimpleNamespace(tokenizer=tokenizer, nan_check=True),
+        compile=SimpleNamespace(
+            enable=compile_backend is not None, components=["model", "loss"], backend=compile_backend
+        ),
+    )
+
+
+@pytest.mark.parametrize("compile_backend", [None, "aot_eager"])
+def test_build_ao_loss_takes_the_real_vocabulary_from_the_tokenizer(compile_backend):
+    guard = StepGuard()
+    loss_fn = build_ao_loss(_job_config("symbols:32", compile_backend), guard=guard)
+    pred, labels = _logits_and_labels(2)
+    expected = _real_vocab_ce(pred, labels).item()
+    for variant in [pred, *_padded_variants(pred).values()]:
+        assert loss_fn(variant, labels).item() == pytest.approx(expected, rel=1e-6)
+    assert guard.total.item() == pytest.approx(5 * expected, rel=1e-6)  # every microbatch recorded
 
 
 def _backward(model):

@@ -90,7 +90,7 @@ def test_a_folder_with_nan_weights_is_refused_by_name_and_none_is_ever_written(t
     state["output.bias"][0] = float("nan")
     save_file(state, str(weights))
     with pytest.raises(UserError, match="model directory .*: tensor 'output.bias' holds 1 NaN/inf values"):
-        load_model_dir(str(tmp_path / "m"))
+        load_model_dir(str(tmp_path / "m"), verify=False)  # (verified, the changed file is refused first)
 
 
 def test_temporaries_of_a_killed_writer_are_removed_by_the_next_one(tmp_path):
@@ -107,3 +107,121 @@ def test_a_path_that_is_a_file_is_named_as_such(tmp_path):
     (tmp_path / "f").write_text("x")
     with pytest.raises(UserError, match="model directory .* is a file; give the folder"):
         read_config(str(tmp_path / "f"))
+
+
+# ---- replacing only model folders, one writer per folder, checked weights ----
+
+
+def _dcp_checkpoint(step_dir, model):
+    import torch.distributed.checkpoint as dcp
+
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    state.update({f"ema.{k}": v.clone() for k, v in model.named_parameters()})
+    dcp.save(state, checkpoint_id=str(step_dir), no_dist=True)
+
+
+def _main(argv):
+    from aogpt_plugin.cli import main
+
+    try:
+        return main(argv)
+    except SystemExit as e:
+        return e.code
+
+
+def test_convert_force_never_deletes_a_folder_that_is_not_a_model_folder(tmp_path, capsys):
+    _dcp_checkpoint(tmp_path / "ckpt" / "step-1", tiny_model(vocab_size=50257, max_seq_len=16))
+    target = tmp_path / "mine"
+    target.mkdir()
+    (target / "notes.txt").write_text("my notes")
+    code = _main(["convert", str(tmp_path / "ckpt"), str(target), "--force"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error:") and len(err.strip().splitlines()) == 1, err
+    assert "is not a model folder" in err and str(target) in err
+    assert (target / "notes.txt").read_text() == "my notes" and sorted(p.name for p in target.iterdir()) == [
+        "notes.txt"
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "mine"]  # no lock file or temporary left
+
+
+def test_force_does_not_delete_a_users_file_inside_a_model_folder(tmp_path):
+    save_model(tiny_model(), str(tmp_path / "m"))
+    (tmp_path / "m" / "notes.txt").write_text("mine")
+    with pytest.raises(UserError, match="holds 'notes.txt', which is not part of a model folder"):
+        save_model(tiny_model(seed=3), str(tmp_path / "m"))
+    assert (tmp_path / "m" / "notes.txt").read_text() == "mine"
+
+
+def test_check_out_dir_keeps_the_exists_and_force_rule(tmp_path):
+    from aogpt_plugin.model_dir import check_out_dir
+
+    save_model(tiny_model(), str(tmp_path / "m"))
+    with pytest.raises(UserError, match="already exists; pass --force to replace it"):
+        check_out_dir(str(tmp_path / "m"))
+    check_out_dir(str(tmp_path / "m"), force=True)  # a model folder: --force may replace it
+    save_model(tiny_model(seed=1), str(tmp_path / "m"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]  # the lock went with the write
+
+
+def _holder(out_dir):
+    """Another process that has passed check_out_dir (holds the writer lock) and is still running."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, time\nfrom aogpt_plugin.model_dir import check_out_dir\n"
+        f"check_out_dir({str(out_dir)!r}, force=True)\nprint('locked', flush=True)\ntime.sleep(120)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+def test_a_second_writer_into_the_same_folder_is_refused_and_the_lock_dies_with_the_first(tmp_path):
+    out = tmp_path / "m"
+    proc = _holder(out)
+    try:
+        with pytest.raises(UserError, match=rf"is being written by another aogpt process \(pid {proc.pid}\)") as info:
+            save_model(tiny_model(), str(out))
+        assert "\n" not in str(info.value) and not out.exists()
+    finally:
+        proc.kill()
+        proc.wait()
+    save_model(tiny_model(), str(out))  # the lock died with its process
+    assert load_model_dir(str(out)).config.model_sha256 is not None
+
+
+def test_convert_into_a_folder_another_convert_is_writing_is_refused_before_reading(tmp_path, capsys):
+    proc = _holder(tmp_path / "out")
+    try:
+        code = _main(["convert", str(tmp_path / "no-checkpoint"), str(tmp_path / "out")])
+    finally:
+        proc.kill()
+        proc.wait()
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "being written by another aogpt process" in err
+
+
+def test_config_records_the_weights_sha256_and_a_changed_file_is_refused(tmp_path):
+    import hashlib
+
+    save_model(tiny_model(), str(tmp_path / "m"))
+    weights = tmp_path / "m" / "model.safetensors"
+    raw = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert raw["model_sha256"] == hashlib.sha256(weights.read_bytes()).hexdigest()
+    data = bytearray(weights.read_bytes())
+    data[-100] ^= 0x01  # one bit of a weight: still finite, still parses
+    weights.write_bytes(bytes(data))
+    with pytest.raises(UserError, match=r"model.safetensors' does not match the sha256 recorded") as info:
+        load_model_dir(str(tmp_path / "m"))
+    assert "\n" not in str(info.value)
+    load_model_dir(str(tmp_path / "m"), verify=False)  # told not to check
+
+
+def test_a_folder_written_before_the_sha256_was_recorded_loads_unchecked(tmp_path):
+    save_model(tiny_model(), str(tmp_path / "m"))
+    config = tmp_path / "m" / "config.json"
+    raw = json.loads(config.read_text())
+    del raw["model_sha256"]
+    config.write_text(json.dumps(raw))
+    assert load_model_dir(str(tmp_path / "m")).config.model_sha256 is None

@@ -91,3 +91,18 @@ def test_resuming_applies_the_configured_learning_rate_at_the_resumed_position()
     resumed_sched.step()
     sched.step()
     assert resumed.optimizers[0].param_groups[0]["lr"] == pytest.approx(5 * first.optimizers[0].param_groups[0]["lr"])
+
+
+def test_preflight_and_the_builder_share_one_optimizer_name_rule():
+    from types import SimpleNamespace
+
+    from aogpt_plugin.errors import ConfigError
+    from aogpt_plugin.optimizer import build_aogpt_optimizers, check_optimizer_name
+
+    message = "optimizer.name='SGD' is not supported; allowed: Adam, AdamW"
+    config = SimpleNamespace(name="SGD", early_step_in_backward=False)
+    for check in (lambda: check_optimizer_name("SGD"), lambda: build_aogpt_optimizers([], config, None, guard=None)):
+        with pytest.raises(ConfigError) as info:
+            check()
+        assert str(info.value) == message
+    check_optimizer_name("AdamW")

@@ -105,8 +105,8 @@ def test_cli_overrides_reach_the_aogpt_sections():
         (["--parallelism.tensor_parallel_degree", "2"], "parallelism.tensor_parallel_degree=2 is not supported"),
         (["--parallelism.context_parallel_degree", "2"], "parallelism.context_parallel_degree=2 is not supported"),
         (["--parallelism.pipeline_parallel_degree", "2"], "parallelism.pipeline_parallel_degree=2 is not supported"),
-        (["--aogpt.p_l2r", "abc"], "Error parsing --aogpt.p-l2r: could not convert string to float: 'abc'"),
-        (["--training.steps", "ten"], "Error parsing --training.steps: invalid literal for int() with base 10"),
+        (["--aogpt.p_l2r", "abc"], "--aogpt.p_l2r='abc' has the wrong type; allowed: a number"),
+        (["--training.steps", "ten"], "--training.steps='ten' has the wrong type; allowed: an integer"),
         (["--ema.decay", "1.0"], "ema.decay=1.0 is outside the allowed range [0, 1)"),
         (
             ["--aogpt.tokenizer", "cl100k"],
@@ -131,6 +131,117 @@ def test_unknown_toml_key_is_one_line(tmp_path):
     with pytest.raises(ConfigError) as info:
         parse_job_config(["--job.config_file", str(bad)])
     assert "not_a_key" in str(info.value) and "\n" not in str(info.value)
+
+
+def _only_error(argv: list[str]) -> str:
+    with pytest.raises(ConfigError) as info:
+        parse_job_config(argv)
+    assert "\n" not in str(info.value)
+    return str(info.value)
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (["--training.stepz", "3"], "unknown option --training.stepz; did you mean --training.steps?"),
+        (["--trainng.steps", "3"], "unknown option --trainng.steps; did you mean --training.steps?"),
+        (["--zzz", "3"], "unknown option --zzz; see --help"),
+        (
+            ["--training.stepz", "3", "--aogpt.orderr", "l2r", "--compile.enabel"],
+            "unknown options --training.stepz (did you mean --training.steps?), --aogpt.orderr (did you mean "
+            "--aogpt.order?), --compile.enabel (did you mean --compile.enable?); see --help",
+        ),
+    ],
+)
+def test_unknown_cli_options_are_all_named_with_the_nearest_valid_one(override, message):
+    """tyro's one-line summary was 'Unrecognized options', naming none of them."""
+    assert _only_error(DEBUG + override) == message
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (["--training.steps", "abc"], "--training.steps='abc' has the wrong type; allowed: an integer"),
+        (["--training.steps=abc"], "--training.steps='abc' has the wrong type; allowed: an integer"),
+        (["--optimizer.lr", "fast"], "--optimizer.lr='fast' has the wrong type; allowed: a number"),
+        (["--checkpoint.load_step", "last"], "--checkpoint.load_step='last' has the wrong type; allowed: an integer"),
+        (["--training.dtype", "fp8"], "--training.dtype='fp8' is not allowed; allowed: one of 'bfloat16', 'float32'"),
+        (["--training.steps"], "--training.steps needs a value; allowed: an integer"),
+        (
+            ["--compile.enable", "False"],
+            "--compile.enable is a flag and takes no value (got 'False'); "
+            "allowed: --compile.enable or --compile.no_enable",
+        ),
+    ],
+)
+def test_bad_cli_values_name_option_value_and_type(override, message):
+    """tyro's message was cut at its box's line width, before the value."""
+    assert _only_error(DEBUG + override) == message
+
+
+def test_what_only_tyro_catches_keeps_its_whole_first_part():
+    """The summary line was the box title alone ('Unrecognized options'), not what was unrecognized."""
+    assert _only_error(DEBUG + ["--training.steps", "3", "stray"]) == "Unrecognized options: stray"
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        ["--training.seq-len", "64", "--training.steps=3"],
+        ["--compile.no-enable", "--compile.no_enable", "--checkpoint.load_step", "-1"],
+        ["--lr_scheduler.decay_ratio", "None", "--model.converters", "quantize.linear.float8"],
+        ["--quantize.linear.float8.emulate", "--validation.no_enable"],
+    ],
+)
+def test_valid_cli_spellings_still_parse(override):
+    parse_job_config(DEBUG + override)
+
+
+def _toml_with(tmp_path, *edits: tuple[str, str]) -> str:
+    text = open("train_configs/aogpt_debug.toml").read()
+    for old, new in edits:
+        assert old in text
+        text = text.replace(old, new, 1)
+    path = tmp_path / "typo.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_every_unknown_toml_key_is_named_with_its_section_and_the_nearest_key(tmp_path):
+    """torchtitan named a Python class, suggested nothing and stopped at the first of the typos."""
+    path = _toml_with(tmp_path, ("[training]\n", "[training]\nstepz = 3\n"), ("[aogpt]\n", '[aogpt]\norderr = "l2r"\n'))
+    assert _only_error(["--job.config_file", path]) == (
+        f"unknown keys in {path}: [aogpt] orderr (did you mean order?), [training] stepz (did you mean steps?)"
+    )
+
+
+def test_unknown_toml_sections_and_stray_keys_are_named(tmp_path):
+    path = _toml_with(tmp_path, ("[validation]", "[validaton]"), ("[job]", "stray = 1\n[job]"))
+    message = _only_error(["--job.config_file", path])
+    assert message.startswith(f"unknown keys in {path}: ")
+    assert "stray (a key outside any section)" in message
+    assert "[validaton] (unknown section; did you mean [validation]?)" in message
+
+
+def test_nested_toml_sections_are_checked(tmp_path):
+    path = _toml_with(tmp_path, ("[training]", "[quantize.linear.float8]\nemulat = true\n\n[training]"))
+    assert _only_error(["--job.config_file", path]) == (
+        f"unknown key in {path}: [quantize.linear.float8] emulat (did you mean emulate?)"
+    )
+
+
+def test_aogpt_sections_without_the_custom_config_module_say_which_module(tmp_path):
+    path = _toml_with(tmp_path, ('custom_config_module = "aogpt_plugin.job_config"', ""))
+    message = _only_error(["--job.config_file", path])
+    assert "[aogpt] (unknown section; set [job] custom_config_module = 'aogpt_plugin.job_config')" in message
+    assert "[ema] (unknown section; set [job] custom_config_module = 'aogpt_plugin.job_config')" in message
+
+
+def test_an_unimportable_custom_config_module_is_one_line():
+    """It was an ImportError traceback."""
+    assert _only_error(DEBUG + ["--job.custom_config_module", "no_such.module"]) == (
+        "job.custom_config_module: No module named 'no_such'; allowed: 'aogpt_plugin.job_config'"
+    )
 
 
 def test_glob_dataset_path_selects_only_the_training_shards():

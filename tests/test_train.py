@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 import torch
-from conftest import ROOT, debug_train_args, run_torchrun
+from conftest import ROOT, debug_train_args, error_lines, launch_train, run_torchrun
 
 HELPER = str(ROOT / "tests" / "helpers" / "train_and_dump.py")
 
@@ -110,26 +110,11 @@ def test_nan_loss_stops_before_weights_change(tmp_path):
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
-def _launch(args: list[str], env=None, timeout=300):
-    import os
-    import subprocess
-    import sys
-
-    return subprocess.run(
-        [sys.executable, "-m", "aogpt_plugin.train", *args],
-        cwd=ROOT,
-        env={**os.environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
 def test_bad_config_fails_in_one_line_before_process_group(tmp_path):
     """The launcher path; every key's message is checked in-process in test_preflight.py."""
     args = ["--job.config_file", "train_configs/aogpt_debug.toml", "--job.dump_folder", str(tmp_path / "run")]
     needle = "aogpt.p_l2r=1.5"
-    proc = _launch(args + ["--aogpt.p_l2r", "1.5"])
+    proc = launch_train(args + ["--aogpt.p_l2r", "1.5"])
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines()[-1].startswith("error: ")
     assert [ln for ln in proc.stderr.splitlines() if ln.startswith(("error", "Traceback"))] == [
@@ -151,14 +136,10 @@ def test_bad_config_under_torchrun_stops_every_rank_before_the_mesh(tmp_path):
 def test_bad_tokenizer_cache_fails_in_one_line(tmp_path):
     proxy = "http://127.0.0.1:9"  # no network: tiktoken cannot fetch what the empty cache lacks
     env = {"TIKTOKEN_CACHE_DIR": str(tmp_path / "empty"), "HTTPS_PROXY": proxy, "HTTP_PROXY": proxy}
-    proc = _launch(["--job.config_file", "train_configs/aogpt_debug.toml"], env=env)
+    proc = launch_train(["--job.config_file", "train_configs/aogpt_debug.toml"], env=env)
     assert proc.returncode == 2
     (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
     assert "aogpt.tokenizer='gpt2' cannot load" in line
-
-
-def _error_lines(proc) -> list[str]:
-    return [ln for ln in proc.stderr.splitlines() if ln.startswith(("error", "Traceback"))]
 
 
 def _checkpoint_tensors(step_dir):
@@ -176,23 +157,49 @@ def _checkpoint_tensors(step_dir):
     return state
 
 
-def test_diverging_run_stops_in_one_line_and_never_saves_nonfinite_weights(tmp_path):
-    """The reported fault: lr 1e4 made the step-3 checkpoint 100% NaN, called "the last good one"."""
+def _complete_steps(dump) -> list[int]:
+    return sorted(int(p.parent.name.split("-")[1]) for p in (dump / "checkpoint").glob("step-*/.metadata"))
+
+
+def test_diverging_run_stops_in_one_line_and_its_advice_gets_past_the_step_that_failed(tmp_path):
+    """Reported faults: lr 1e4 made the step-3 checkpoint 100% NaN, called "the last good one"; then the
+    advice named step-2, finite but exploded (validation loss 2.6e11), and its command failed at step 3."""
+    import json
+    import os
+    import re
+    import subprocess
+    import sys
+
     dump = tmp_path / "run"
     args = debug_train_args(dump, 10, **{"optimizer.lr": 1e4, "checkpoint.interval": 1, "validation.freq": 100})
-    proc = _launch(args)
+    proc = launch_train(args)
     assert proc.returncode == 3, proc.stderr[-3000:]
-    (line,) = _error_lines(proc)
+    (line,) = error_lines(proc)
     assert (
         "NaN/inf" in line and "stopped before the optimizer step, so no weight, EMA or checkpoint was written" in line
     )
-    steps = sorted(int(p.name.split("-")[1]) for p in (dump / "checkpoint").iterdir())
-    assert line.startswith(f"error: step {steps[-1] + 1}: ")  # it stopped right after the last save
-    assert f"The newest checkpoint on disk is {dump}/checkpoint/step-{steps[-1]}" in line
-    assert f"--checkpoint.load_step {steps[-1]} --optimizer.lr 1000" in line  # a command that runs
+    failed = int(re.match(r"error: step (\d+): ", line).group(1))
+    steps = _complete_steps(dump)
+    assert steps[-1] == failed - 1  # it stopped right after the last save
     for step in steps:
         for name, t in _checkpoint_tensors(dump / "checkpoint" / f"step-{step}").items():
             assert torch.isfinite(t).all(), (step, name)
+    # the advice names only a checkpoint whose weights then gave a loss in the normal range
+    history = {}
+    for step in steps:
+        record = json.loads((dump / "checkpoint" / f"step-{step}" / "aogpt.json").read_text())
+        history |= {int(k): v for k, v in record["losses"].items()}
+    named = re.search(r"checkpoint/step-(\d+) ", line)
+    if named:
+        assert history[int(named.group(1)) + 1][1], (line, history)
+    else:
+        assert "fresh folder" in line and not any(history.get(s + 1, [0, False])[1] for s in steps), history
+    # and its command, run verbatim, gets past the step that failed
+    command = "python -m aogpt_plugin.train " + line.split(" aogpt_plugin.train ", 1)[1]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"}
+    again = subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    stopped = re.search(r"error: step (\d+): ", again.stderr)
+    assert again.returncode == 0 or (stopped and int(stopped.group(1)) > failed), again.stderr[-2000:]
 
 
 @pytest.mark.slow
@@ -230,10 +237,10 @@ def test_resume_with_a_new_learning_rate_applies_it_at_the_resumed_step(tmp_path
     restores the checkpoint's learning rate and silently ignores the new one."""
     first, second = tmp_path / "first", tmp_path / "second"
     base = {"checkpoint.interval": 2, "validation.freq": 100, "lr_scheduler.warmup_steps": 2}
-    proc = _launch(debug_train_args(first, 4, **{**base, "optimizer.lr": 1e-3}))
+    proc = launch_train(debug_train_args(first, 4, **{**base, "optimizer.lr": 1e-3}))
     assert proc.returncode == 0, proc.stderr[-3000:]
     shutil.copytree(first / "checkpoint" / "step-2", second / "checkpoint" / "step-2")
-    proc = _launch(debug_train_args(second, 4, **{**base, "optimizer.lr": 4e-3, "checkpoint.load_step": 2}))
+    proc = launch_train(debug_train_args(second, 4, **{**base, "optimizer.lr": 4e-3, "checkpoint.load_step": 2}))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "resuming with optimizer.lr=0.004 (the checkpoint was trained with 0.001)" in proc.stderr + proc.stdout
     old, new = _tb_scalars(first, "lr"), _tb_scalars(second, "lr")
@@ -248,18 +255,18 @@ def test_second_run_into_a_busy_dump_folder_is_refused_in_one_line(tmp_path):
     dump = tmp_path / "run"
     lock = hold_dump_folder(str(dump))  # a training run holding the folder (this process)
     try:
-        proc = _launch(debug_train_args(dump, 2))
+        proc = launch_train(debug_train_args(dump, 2))
     finally:
         lock.close()
     assert proc.returncode == 2
-    (line,) = _error_lines(proc)
+    (line,) = error_lines(proc)
     assert f"--job.dump_folder '{dump}' is in use by another training run (pid " in line
     assert not (dump / "checkpoint").exists() and not (dump / "tb").exists()  # nothing of the first run touched
 
 
 def test_resume_with_another_number_of_processes_is_one_line_before_the_mesh(tmp_path):
     dump = tmp_path / "run"
-    proc = _launch(debug_train_args(dump, 2, **{"checkpoint.interval": 2, "validation.freq": 100}))
+    proc = launch_train(debug_train_args(dump, 2, **{"checkpoint.interval": 2, "validation.freq": 100}))
     assert proc.returncode == 0, proc.stderr[-3000:]
     args = ["aogpt_plugin.train", *debug_train_args(dump, 4, **{"checkpoint.interval": 2})]
     proc = run_torchrun(args, nproc=2, timeout=180)
@@ -276,7 +283,7 @@ def test_a_checkpoint_with_nan_weights_is_refused_by_name(tmp_path):
     import torch.distributed.checkpoint as dcp
 
     dump = tmp_path / "run"
-    proc = _launch(debug_train_args(dump, 2, **{"checkpoint.interval": 2, "validation.freq": 100}))
+    proc = launch_train(debug_train_args(dump, 2, **{"checkpoint.interval": 2, "validation.freq": 100}))
     assert proc.returncode == 0, proc.stderr[-3000:]
     step_dir = dump / "checkpoint" / "step-2"
     from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
@@ -285,16 +292,16 @@ def test_a_checkpoint_with_nan_weights_is_refused_by_name(tmp_path):
     state["ema.layers.1.feed_forward.w2.weight"][0, 0] = float("nan")
     shutil.rmtree(step_dir)
     dcp.save(state, checkpoint_id=str(step_dir), no_dist=True)
-    proc = _launch(debug_train_args(dump, 4, **{"checkpoint.interval": 2, "validation.freq": 100}))
+    proc = launch_train(debug_train_args(dump, 4, **{"checkpoint.interval": 2, "validation.freq": 100}))
     assert proc.returncode == 2, proc.stderr[-3000:]
-    (line,) = _error_lines(proc)
+    (line,) = error_lines(proc)
     assert "holds NaN/inf values in tensor 'ema.layers.1.feed_forward.w2.weight'" in line
 
 
 def test_the_debug_recipe_is_seeded_so_identical_runs_give_identical_losses(tmp_path):
     def losses(dump):
         args = debug_train_args(dump, 3, **{"validation.freq": 100, "checkpoint.interval": 100, "debug.seed": None})
-        proc = _launch(args)
+        proc = launch_train(args)
         assert proc.returncode == 0, proc.stderr[-3000:]
         return _tb_scalars(dump, "loss_metrics/global_avg_loss")
 
@@ -314,7 +321,7 @@ def test_a_tokenizer_json_trains_converts_samples_and_evaluates(tmp_path):
     tok = tmp_path / "tok.json"
     train_tokenizer(str(HELDOUT), 320, str(tok), max_bytes=200_000)
     dump = tmp_path / "run"
-    proc = _launch(debug_train_args(dump, 4, **{"aogpt.tokenizer": str(tok), "validation.freq": 4}))
+    proc = launch_train(debug_train_args(dump, 4, **{"aogpt.tokenizer": str(tok), "validation.freq": 4}))
     assert proc.returncode == 0, proc.stderr[-3000:]
     model_dir = tmp_path / "model"
     assert main(["convert", str(dump / "checkpoint"), str(model_dir), "--tokenizer", str(tok)]) == 0
@@ -341,9 +348,9 @@ def test_a_synthetic_source_trains_without_text(tmp_path):
         "aogpt.tokenizer": "symbols:32",
         "validation.freq": 4,
     }
-    proc = _launch(debug_train_args(tmp_path / "run", 4, **extra))
+    proc = launch_train(debug_train_args(tmp_path / "run", 4, **extra))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "aogpt validation step 4" in proc.stdout + proc.stderr
-    bad = _launch(debug_train_args(tmp_path / "bad", 4, **{**extra, "aogpt.tokenizer": "symbols:16"}))
+    bad = launch_train(debug_train_args(tmp_path / "bad", 4, **{**extra, "aogpt.tokenizer": "symbols:16"}))
     assert bad.returncode == 2
     assert "draws 32 symbols but aogpt.tokenizer='symbols:16' has 16; allowed: symbols:32" in bad.stderr

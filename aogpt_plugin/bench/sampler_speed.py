@@ -23,7 +23,7 @@ import statistics
 import sys
 from typing import TYPE_CHECKING
 
-from ..devices import LINEAR_KERNELS, device_name, resolve_device, resolve_dtype, synchronize
+from ..devices import LINEAR_KERNELS, add_verify_arg, device_name, resolve_device, resolve_dtype, synchronize
 from ..errors import UserError
 from ..model import FLAVORS
 from . import median_and_range
@@ -47,6 +47,7 @@ def add_to(subparsers) -> None:
     p.add_argument("--repeats", type=int, default=3, help="timed rounds of every variant (default 3)")
     p.add_argument("--model", default=None, metavar="OUT_DIR", help="a converted (trained) model instead of --flavor")
     p.add_argument("--speculative", default=None, metavar="K|auto", help="also time speculative sampling")
+    add_verify_arg(p)
     p.add_argument(
         "--json", action="store_true", help="print one JSON object (scripts/update_benchmarks_doc.py reads it)"
     )
@@ -245,7 +246,7 @@ def run(args) -> int:
     linears = resolve_linear_kernel(args.linears, device, dtype)  # a bad combination fails before any model is built
     model = None
     if args.model is not None:
-        model = load_model_dir(args.model, device, dtype).model.eval().requires_grad_(False)
+        model = load_model_dir(args.model, device, dtype, verify=args.verify).model.eval().requires_grad_(False)
     result = run_bench(
         args.flavor, args.n, args.batch, device, dtype, args.backend, linears, args.repeats, model, args.speculative
     )

@@ -210,6 +210,12 @@ def _from_hub(bench: Benchmark, split: str, root: Path | None) -> tuple[list[str
     try:
         rows = datasets.load_dataset(hub.dataset, hub.config, split=split)
     except Exception as e:
+        if offline_cache:  # the same fault as an unreachable hub, said the same way, with the cause
+            raise UserError(
+                f"{bench.name} {split}: no local file {wanted} and {host} cannot be used (HF_HUB_OFFLINE=1) "
+                f"and the Hugging Face cache has no {hub.dataset} ({type(e).__name__}); put the file there "
+                f"(pass --data-dir or set AOGPT_DATA_DIR) or go online"
+            ) from None
         raise UserError(
             f"{bench.name} {split}: no local file {wanted} and loading {hub.dataset} failed "
             f"({type(e).__name__}: {str(e).splitlines()[0][:160]})"

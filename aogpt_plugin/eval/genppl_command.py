@@ -57,7 +57,7 @@ def run(args) -> int:
     else:
         sample_set = read_samples(args.samples)
 
-    scorer = load_scorer(args.scorer, device, resolve_dtype(args.dtype))
+    scorer = load_scorer(args.scorer, device, resolve_dtype(args.dtype), verify=args.verify)
     prepared = prepare(sample_set, scorer, args.tokens)
     say(
         f"samples {sample_set.path}: {len(prepared.ids)} samples ({sample_set.tokenizer} tokens); scorer {scorer.name} "
@@ -110,12 +110,9 @@ def _check_sampling_args(args) -> None:
         return
     if args.num_samples is None:
         raise UserError("--model needs --num-samples N (how many samples to draw)")
-    if args.speculative is not None:
-        from ..sampler.generation import parse_draft
+    from ..sampler.generation import check_sampling_flags
 
-        args.speculative = parse_draft(args.speculative)
-        if args.steps is not None:
-            raise UserError("--steps does not apply with --speculative (it samples the T=length distribution); drop it")
+    args.speculative = check_sampling_flags(args.speculative, args.steps, distribution="the T=length distribution")
     if args.save_samples:
         check_writable(args.save_samples, "--save-samples")
     require_at_least("--num-samples", args.num_samples, 1, "the number of samples")
@@ -131,7 +128,7 @@ def sample_from_model(args, device, say):
     from ..seeding import stream_seed
     from .samples import Sample, SampleSet
 
-    model_dir = load_model_dir(args.model, device, resolve_dtype(args.dtype))
+    model_dir = load_model_dir(args.model, device, resolve_dtype(args.dtype), verify=args.verify)
     tokenizer = model_dir.tokenizer(check_vocab=False)
     length = args.length or model_dir.args.max_seq_len
     steps = args.steps or length

@@ -9,7 +9,9 @@ so `aogpt lm-eval ARGS` imports it and then runs lm_eval's own command line with
 model_args: pretrained (the folder), order (l2r | random; default l2r), orders (K random orders per
 request, default 1; their NLLs are averaged like `aogpt eval ppl --orders K`), seed, dtype,
 max_gen_toks (default 64), max_length (positions used, default all: a model trained on shorter
-windows should be read at that length); lm_eval's own --batch_size and --device reach the model too.
+windows should be read at that length), verify (default true: model.safetensors must match the sha256
+in config.json); lm_eval's own --batch_size and --device reach the model too (`aogpt lm-eval` makes
+the device default auto, the machine's, instead of lm_eval's cuda:0). Any other key is refused.
   loglikelihood          log p(continuation | context): the context's tokens come first (their own
                          order random under order=random), then the continuation's tokens, each
                          scored given the context and the continuation tokens before it in the order.
@@ -35,32 +37,70 @@ from ..seeding import stream_generator
 from .perplexity import score_chunks
 
 READ_ORDERS = (L2R, "random")
+MODEL_ARGS = ("pretrained", "order", "orders", "seed", "batch_size", "device", "dtype", "max_gen_toks", "max_length")
+MODEL_ARGS += ("verify",)
+LM_EVAL_PASSES = ("max_batch_size",)  # lm_eval hands every model these too; aogpt does not use them
+
+
+def _flag(key: str, value) -> bool:
+    """A true/false model_arg: lm_eval turns `true`/`false` into bools, a caller may pass a string."""
+    if isinstance(value, bool):
+        return value
+    if str(value).lower() in ("true", "1", "yes"):
+        return True
+    if str(value).lower() in ("false", "0", "no"):
+        return False
+    raise UserError(f"model_args {key}={value!r} is not allowed; allowed: true, false")
+
+
+def _int(key: str, value, low: int = 1) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or number < low or isinstance(value, float) and value != number:
+        raise UserError(f"model_args {key}={value!r} is not allowed; allowed: an integer >= {low}")
+    return number
 
 
 @register_model("aogpt")
 class AOGPTLM(LM):
     def __init__(
         self,
-        pretrained: str,
+        pretrained: str | None = None,
         order: str = L2R,
         orders: int = 1,
         seed: int = 0,
         batch_size: int | str = 8,
-        device: str = "auto",
+        device: str | None = "auto",
         dtype: str = "float32",
         max_gen_toks: int = 64,
         max_length: int | None = None,
-        **_ignored,
+        verify: bool | str = True,
+        **others,
     ):
+        """Every model_arg is checked before the weights load: a misspelt key is named (lm_eval would
+        report a TypeError about `__init__`), and the folder is read before the device is resolved,
+        so a missing folder is blamed as such."""
         super().__init__()
-        from ..model_dir import load_model_dir
+        from ..model_dir import load_model_dir, read_config
 
+        for key, value in others.items():
+            if key not in LM_EVAL_PASSES:
+                raise UserError(
+                    f"model_args {key}={value!r} is not an aogpt model argument; allowed: {', '.join(MODEL_ARGS)}"
+                )
+        if pretrained is None or pretrained == "":
+            raise UserError("model_args has no pretrained=OUT_DIR: name the converted model folder (aogpt convert)")
         if order not in READ_ORDERS:
             raise UserError(f"model_args order={order!r} is not allowed; allowed: {', '.join(READ_ORDERS)}")
-        orders, batch_size, max_gen_toks = int(orders), int(batch_size), int(max_gen_toks)
+        orders, batch_size = _int("orders", orders), _int("batch_size", batch_size)
+        max_gen_toks, seed = _int("max_gen_toks", max_gen_toks), _int("seed", seed, low=0)
         if orders < 1 or (order == L2R and orders != 1):
             raise UserError(f"model_args orders={orders} is not allowed; allowed: 1 with l2r, >= 1 with random")
-        self.model_dir = load_model_dir(pretrained, resolve_device(device), resolve_dtype(dtype))
+        verify = _flag("verify", verify)
+        read_config(pretrained)  # a missing or bad folder, before the device is looked at
+        self.model_dir = load_model_dir(pretrained, resolve_device(device), resolve_dtype(dtype), verify=verify)
         self.model = self.model_dir.model
         self.tok = self.model_dir.tokenizer(check_vocab=False)
         self.order, self.orders, self.seed = order, orders, int(seed)

@@ -72,7 +72,7 @@ def run(args) -> int:
     if packed.num_chunks == 0:
         raise UserError(f"--dataset {args.dataset!r} has {packed.tokens} tokens, fewer than one chunk of {seq_len}")
     chunks = packed.chunks[: args.max_chunks]
-    model = load_model_dir(args.model, device, resolve_dtype(args.dtype)).model
+    model = load_model_dir(args.model, device, resolve_dtype(args.dtype), verify=args.verify).model
     weights = config.weights
 
     say(f"model {args.model}: {weights} weights, step {config.step}, {positions} positions")

@@ -41,7 +41,7 @@ class AOGPTScorer:
 
     kind = "aogpt"
 
-    def __init__(self, model_dir: str, device, dtype):
+    def __init__(self, model_dir: str, device, dtype, verify: bool = True):
         from ..model_dir import load_model_dir, read_config
 
         config = read_config(model_dir)
@@ -51,7 +51,7 @@ class AOGPTScorer:
         self.weights = config.weights
         self.max_len = config.model_args.max_seq_len
         self.min_len = 1
-        self.model = load_model_dir(model_dir, device, dtype).model
+        self.model = load_model_dir(model_dir, device, dtype, verify=verify).model
         self.device = device
 
     def speaks(self, tokenizer_name: str) -> bool:
@@ -156,5 +156,6 @@ def check_scorer_arg(spec: str, flag: str = "--scorer") -> None:
     read_config(spec).build_tokenizer(spec)
 
 
-def load_scorer(spec: str, device, dtype):
-    return HFScorer(spec, device, dtype) if spec.startswith(HF_PREFIX) else AOGPTScorer(spec, device, dtype)
+def load_scorer(spec: str, device, dtype, verify: bool = True):
+    """`verify`: check an aogpt scorer's weights against config.json (model_dir.load_model_dir)."""
+    return HFScorer(spec, device, dtype) if spec.startswith(HF_PREFIX) else AOGPTScorer(spec, device, dtype, verify)

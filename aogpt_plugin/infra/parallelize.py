@@ -36,14 +36,21 @@ def use_sum_reduction_on_gloo(model: nn.Module) -> None:
             module.set_force_sum_reduction_for_comms(True)
 
 
+UNSUPPORTED_DEGREES = ("tensor_parallel_degree", "context_parallel_degree", "pipeline_parallel_degree")
+
+
+def check_parallelism(parallelism) -> None:
+    """What this parallelize_fn supports, asked by preflight (before the process group) and below."""
+    for key in UNSUPPORTED_DEGREES:
+        if getattr(parallelism, key) > 1:
+            raise ConfigError(
+                f"parallelism.{key}={getattr(parallelism, key)} is not supported by aogpt; "
+                "allowed: 1 (use FSDP/HSDP/DDP)"
+            )
+
+
 def parallelize_aogpt(model: nn.Module, parallel_dims, job_config) -> nn.Module:
-    for name, enabled in (
-        ("tensor_parallel_degree", parallel_dims.tp_enabled),
-        ("context_parallel_degree", parallel_dims.cp_enabled),
-        ("pipeline_parallel_degree", parallel_dims.pp_enabled),
-    ):
-        if enabled:
-            raise ConfigError(f"parallelism.{name} > 1 is not supported by aogpt; allowed: 1 (use FSDP/HSDP/DDP)")
+    check_parallelism(job_config.parallelism)
 
     compile_model = job_config.compile.enable and "model" in job_config.compile.components
     if job_config.activation_checkpoint.mode != "none":

@@ -20,6 +20,20 @@ if TYPE_CHECKING:
 CONDITIONINGS = ("adaln", "concat", "none")
 
 
+def check_conditioning(conditioning: str, key: str = "aogpt.conditioning") -> None:
+    """The model knows its conditionings; the `[aogpt]` section and the model args both ask here."""
+    if conditioning not in CONDITIONINGS:
+        raise ConfigError(f"{key}={conditioning!r} is not supported; allowed: {', '.join(CONDITIONINGS)}")
+
+
+def check_positions(key: str, length: int, max_seq_len: int, owner: str) -> None:
+    """A sequence length must fit the model's position tables (1..max_seq_len): training and validation
+    seq_len in preflight and in `update_from_config`, sample lengths. `owner` names the model, e.g.
+    "model.flavor='debugmodel'"."""
+    if not 1 <= length <= max_seq_len:
+        raise ConfigError(f"{key}={length} is outside the positions of {owner}; allowed: 1..{max_seq_len}")
+
+
 @dataclass
 class AOGPTModelArgs:
     dim: int = 768
@@ -38,10 +52,7 @@ class AOGPTModelArgs:
         self.validate()
 
     def validate(self) -> None:
-        if self.conditioning not in CONDITIONINGS:
-            raise ConfigError(
-                f"aogpt.conditioning={self.conditioning!r} is not supported; allowed: {', '.join(CONDITIONINGS)}"
-            )
+        check_conditioning(self.conditioning)
         if self.dim % self.n_heads != 0:
             raise ConfigError(f"dim={self.dim} must be divisible by n_heads={self.n_heads}")
         for key in ("dim", "n_layers", "n_heads", "vocab_size", "max_seq_len", "target_pe_dim"):
@@ -80,12 +91,8 @@ class AOGPTModelArgs:
             self.target_pe_dim = ao.target_pe_dim
             self.vocab_size = load_tokenizer(ao.tokenizer).get_vocab_size()  # the embedding follows the tokenizer
         self.validate()
-        seq_len = job_config.training.seq_len
-        if seq_len > self.max_seq_len or seq_len < 1:
-            raise ConfigError(
-                f"training.seq_len={seq_len} is outside this flavor's positions; "
-                f"allowed: 1..{self.max_seq_len} (model.flavor={job_config.model.flavor!r})"
-            )
+        owner = f"model.flavor={job_config.model.flavor!r}"
+        check_positions("training.seq_len", job_config.training.seq_len, self.max_seq_len, owner)
 
     def get_nparams_and_flops(self, model: nn.Module, seq_len: int) -> tuple[int, int]:
         """Total parameters and training FLOPs per token (forward + backward).

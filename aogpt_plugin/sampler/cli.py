@@ -21,11 +21,12 @@ def add_to(subparsers) -> None:
     p.add_argument("--length", type=int, default=None, metavar="N", help="tokens per sample (default: all positions)")
     p.add_argument("--steps", type=int, default=None, metavar="T", help="denoising steps, 1..N (default N)")
     p.add_argument("--order", choices=("random", "l2r"), default="random", help="fill order (default random)")
-    p.add_argument("--schedule", choices=("linear", "cosine"), default="linear", help="time grid (default linear)")
+    # --schedule/--counts default to None so that check_sampling_flags sees whether they were given
+    p.add_argument("--schedule", choices=("linear", "cosine"), default=None, help="time grid (default linear)")
     p.add_argument(
         "--counts",
         choices=("deterministic", "binomial"),
-        default="deterministic",
+        default=None,
         help="tokens per step: the authors' deterministic rule or Lemma 4.1's binomial draws",
     )
     p.add_argument("--temperature", type=float, default=1.0, help="> 0 (default 1)")
@@ -76,17 +77,10 @@ def _prompt(args, config):
 def check_args(args):
     """(config, SampleConfig, Prompt) from the command line and config.json alone -- no weights read."""
     from ..model_dir import read_config
-    from .generation import SampleConfig
+    from .generation import SampleConfig, check_sampling_flags
     from .sampling import SamplingParams
 
-    if args.speculative is not None:
-        from .generation import parse_draft
-
-        args.speculative = parse_draft(args.speculative)
-        for flag, value, default in (("--steps", args.steps, None), ("--schedule", args.schedule, "linear"),
-                                     ("--counts", args.counts, "deterministic")):  # fmt: skip
-            if value != default:
-                raise UserError(f"{flag} does not apply with --speculative (it samples the T=N distribution); drop it")
+    args.speculative = check_sampling_flags(args.speculative, args.steps, args.schedule, args.counts)
     config = read_config(args.model)
     model_args = config.model_args
     length = model_args.max_seq_len if args.length is None else args.length
@@ -95,19 +89,51 @@ def check_args(args):
     sampling = SamplingParams(args.temperature, args.top_p, args.top_k)
     prompt = _prompt(args, config)
     steps = args.steps if args.steps is not None else length - len(prompt)
+    given = {"schedule": args.schedule, "counts": args.counts}  # left out: SampleConfig's defaults
     sample_config = SampleConfig(
         length=length,
         steps=steps,
         num_samples=args.num_samples,
         order=args.order,
-        schedule=args.schedule,
-        counts=args.counts,
         sampling=sampling,
         seed=args.seed,
         backend=args.backend,
+        **{k: v for k, v in given.items() if v is not None},
     )
-    sample_config.validate(model_args.max_seq_len, prompt, model_args.vocab_size)
+    sample_config.validate(
+        model_args.max_seq_len, prompt, model_args.vocab_size, speculative=args.speculative is not None
+    )
     return config, sample_config, prompt
+
+
+def check_fits(model_args, sample_config, prompt, device, dtype, draft, flag: str = "--num-samples") -> None:
+    """A batch that cannot fit in the device's free memory is refused before the weights load (it
+    would otherwise swap for hours, or be killed after the work), naming the largest that fits."""
+    from ..devices import available_memory, format_bytes
+    from .generation import memory_per_sample
+
+    free = available_memory(device)
+    if free is None:
+        return
+    itemsize = dtype.itemsize
+    weights = _parameter_bytes(model_args, itemsize)
+    per_sample = memory_per_sample(model_args, sample_config, len(prompt), itemsize, draft)
+    batch = sample_config.num_samples
+    if weights + batch * per_sample <= free:
+        return
+    fits = max(0, (free - weights) // per_sample)
+    raise UserError(
+        f"{flag} {batch} needs about {format_bytes(weights + batch * per_sample)} of memory on {device.type} "
+        f"and {format_bytes(free)} is free; allowed here: up to {fits} (draw more with several runs and seeds)"
+    )
+
+
+def _parameter_bytes(model_args, itemsize: int) -> int:
+    """The model's weights, from its shapes (the loaded copy and the float32 file being read)."""
+    a = model_args
+    block = 4 * a.dim * a.dim + 3 * a.dim * a.dim * a.mlp_ratio + 6 * a.dim * a.target_pe_dim
+    total = a.n_layers * block + 2 * a.padded_vocab_size * a.dim + (a.max_seq_len + 1) * (a.dim + a.target_pe_dim)
+    return total * (itemsize + 4)
 
 
 def run(args) -> int:
@@ -118,7 +144,8 @@ def run(args) -> int:
     config, sample_config, prompt = check_args(args)
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype)
-    model_dir = load_model_dir(args.model, device=device, dtype=dtype)
+    check_fits(config.model_args, sample_config, prompt, device, dtype, args.speculative)
+    model_dir = load_model_dir(args.model, device=device, dtype=dtype, verify=args.verify)
     progress = not args.no_progress
     speculative = {}
     if args.speculative is None:

@@ -60,8 +60,15 @@ class SampleConfig:
     backend: str = "auto"  # auto | sdpa | flex
     linears: str = "auto"  # auto | aten | onednn (linears.py)
 
-    def validate(self, max_positions: int, prompt: Prompt | None = None, vocab_size: int | None = None):
-        """Checks every value against the model; raises UserError naming the first bad one."""
+    def validate(
+        self,
+        max_positions: int,
+        prompt: Prompt | None = None,
+        vocab_size: int | None = None,
+        speculative: bool = False,
+    ):
+        """Checks every value against the model; raises UserError naming the first bad one.
+        `speculative`: the rounds decide the forwards, so `steps` does not apply and is not checked."""
         if self.num_samples < 1:
             raise UserError(f"num_samples={self.num_samples} must be >= 1")
         if not 1 <= self.length <= max_positions:
@@ -81,7 +88,7 @@ class SampleConfig:
         to_fill = self.length - len(prompt or ())
         if to_fill < 1:
             raise UserError(f"all {self.length} positions are given; nothing is left to generate")
-        if not 1 <= self.steps <= to_fill:
+        if not speculative and not 1 <= self.steps <= to_fill:
             raise UserError(f"steps={self.steps} is outside the allowed range 1..{to_fill} (positions to generate)")
         return self
 
@@ -132,6 +139,58 @@ def noise_generator(seed: int, device: torch.device | str) -> torch.Generator:
     return stream_generator("sample_noise", seed, device=device)
 
 
+@dataclass
+class _Run:
+    """What both samplers set up the same way: the orders, the noise stream, the cache and the
+    in-order token table with the prompt in it (set up by `_start`, read out by `_finish`)."""
+
+    n: int
+    batch: int
+    given: int
+    device: torch.device
+    orders: torch.Tensor  # (B, n) on CPU
+    order_dev: torch.Tensor
+    plan: torch.Generator  # orders drawn; a parallel run draws its step counts next
+    noise: torch.Generator
+    decoder: CachedDecoder | None = None
+    in_order: torch.Tensor | None = None  # in_order[:, j] = x[sigma(j)]; column n is scratch
+    start_time: float = 0.0
+
+    def start(self, model: AOGPT, config: SampleConfig, prompt: Prompt) -> None:
+        """The timed part begins: the cache and the token table."""
+        synchronize(self.device)
+        self.start_time = time.perf_counter()
+        self.decoder = CachedDecoder(
+            model, self.batch, slots=self.n + 1, backend=config.backend, linears=config.linears
+        )
+        self.in_order = torch.zeros(self.batch, self.n + 1, dtype=torch.long, device=self.device)
+        if self.given:
+            self.in_order[:, : self.given] = torch.tensor(prompt.tokens, device=self.device)
+
+
+def _start(
+    model: AOGPT, config: SampleConfig, prompt: Prompt | None, order: torch.Tensor | None, speculative: bool
+) -> tuple[_Run, Prompt]:
+    """Checks the config against the model and draws the orders: the set-up both samplers share."""
+    args = model.model_args
+    prompt = prompt or Prompt()
+    config.validate(args.max_seq_len, prompt, args.vocab_size, speculative=speculative)
+    device = model.tok_embeddings.weight.device
+    n, batch, given = config.length, config.num_samples, len(prompt)
+    plan = plan_generator(config.seed)
+    orders = generation_orders(n, batch, prompt, config.order if order is None else order, plan)
+    run = _Run(n, batch, given, device, orders, orders.to(device), plan, noise_generator(config.seed, device))
+    return run, prompt
+
+
+def _finish(run: _Run) -> tuple[torch.Tensor, float]:
+    """The samples in position order (CPU) and the seconds since `start`."""
+    tokens = torch.zeros(run.batch, run.n, dtype=torch.long, device=run.device)
+    tokens = tokens.scatter_(1, run.order_dev, run.in_order[:, : run.n]).cpu()
+    synchronize(run.device)
+    return tokens, time.perf_counter() - run.start_time
+
+
 @torch.inference_mode()
 def generate(
     model: AOGPT,
@@ -147,24 +206,14 @@ def generate(
     it replaces config.order. `record` keeps every step's logits in `result.trace`.
     """
     args = model.model_args
-    prompt = prompt or Prompt()
-    config.validate(args.max_seq_len, prompt, args.vocab_size)
-    device = model.tok_embeddings.weight.device
-    n, batch, given = config.length, config.num_samples, len(prompt)
-    plan_gen = plan_generator(config.seed)
-    orders = generation_orders(n, batch, prompt, config.order if order is None else order, plan_gen)
-    counts = step_counts(n - given, config.steps, batch, config.schedule, config.counts, plan_gen)
-    noise = noise_generator(config.seed, device)
+    run, prompt = _start(model, config, prompt, order, speculative=False)
+    n, batch, given, device, noise = run.n, run.batch, run.given, run.device, run.noise
+    counts = step_counts(n - given, config.steps, batch, config.schedule, config.counts, run.plan)
 
-    synchronize(device)
-    start_time = time.perf_counter()
-    decoder = CachedDecoder(model, batch, slots=n + 1, backend=config.backend, linears=config.linears)
+    run.start(model, config, prompt)
+    decoder, in_order, order_dev = run.decoder, run.in_order, run.order_dev
     workspace = noise_workspace(batch * int(counts.max()), args.vocab_size, device)
     scratch = n  # cache slot and token column that padding writes to
-    order_dev = orders.to(device)
-    in_order = torch.zeros(batch, n + 1, dtype=torch.long, device=device)  # in_order[:, j] = x[sigma(j)]
-    if given:
-        in_order[:, :given] = torch.tensor(prompt.tokens, device=device)
     known = torch.full((batch,), given, dtype=torch.long)
     cache_len = torch.zeros(batch, dtype=torch.long)
     pending = known + 1 - cache_len
@@ -196,11 +245,8 @@ def generate(
     bar.refresh()  # tqdm draws at most every 0.1 s: show the total before the bar goes
     bar.close()
 
-    tokens = torch.zeros(batch, n, dtype=torch.long, device=device).scatter_(1, order_dev, in_order[:, :n])
-    tokens = tokens.cpu()
-    synchronize(device)
-    seconds = time.perf_counter() - start_time
-    return GenerationResult(tokens, orders, given, config.steps, forward_passes, seconds, trace)
+    tokens, seconds = _finish(run)
+    return GenerationResult(tokens, run.orders, given, config.steps, forward_passes, seconds, trace)
 
 
 def forward_step(decoder, in_order, order_dev, cache_len, pending, width, rows) -> torch.Tensor:
@@ -275,6 +321,45 @@ def parse_draft(value: str | int) -> int | str:
     return k
 
 
+def check_sampling_flags(
+    draft: str | int | None,
+    steps: int | None = None,
+    schedule: str | None = None,
+    counts: str | None = None,
+    distribution: str = "the T=N distribution",
+) -> int | str | None:
+    """The one rule of which sampler flags combine (every command calls it; None = a flag not given):
+    --speculative samples the sequential distribution in rounds it sizes itself, so the flags that
+    spread a parallel run over T steps (--steps, --schedule, --counts) do not apply with it.
+    Returns the parsed draft size (None without --speculative)."""
+    if draft is None:
+        return None
+    draft = parse_draft(draft)
+    for flag, value in (("--steps", steps), ("--schedule", schedule), ("--counts", counts)):
+        if value is not None:
+            raise UserError(f"{flag} does not apply with --speculative (it samples {distribution}); drop it")
+    return draft
+
+
+def memory_per_sample(args, config: SampleConfig, given: int, itemsize: int, draft: int | str | None = None) -> int:
+    """Bytes one more sample of a batch needs while sampling (an estimate from above): its KV cache
+    slots, the logits, noise and probability rows of the widest step, and its order and token rows.
+    The commands refuse a batch that cannot fit before any work instead of swapping."""
+    to_fill = max(1, config.length - given)
+    if draft is None:
+        rows = -(-to_fill // max(1, min(config.steps, to_fill)))  # tokens of the widest deterministic step
+        rows = to_fill if config.counts == "binomial" else rows
+        per_row = args.padded_vocab_size * (itemsize + 4 + 4) + args.vocab_size * 8  # logits, scores, noise
+        extra = 0
+    else:
+        rows = 2 * MAX_DRAFT  # verify rows, then the next drafts
+        per_row = args.padded_vocab_size * (itemsize + 4) + args.vocab_size * 8 * 2  # float64 probabilities
+        extra = MAX_DRAFT * args.vocab_size * 8  # the drafts' proposals
+    cache = 2 * args.n_layers * (config.length + 1) * args.dim * itemsize
+    activations = (rows + config.length) * args.dim * (4 + 2 * args.mlp_ratio) * itemsize
+    return cache + rows * per_row + extra + activations + 8 * 8 * (config.length + 1)
+
+
 @dataclass
 class SpeculativeStats:
     """What the rounds did: tokens finalised per forward, and the drafts verified and accepted."""
@@ -321,23 +406,13 @@ def speculative_generate(
     (tests check the cache there).
     """
     args = model.model_args
-    prompt = prompt or Prompt()
-    to_fill = config.length - len(prompt)
-    config = SampleConfig(**{**config.__dict__, "steps": max(1, min(config.steps, to_fill))})
-    config.validate(args.max_seq_len, prompt, args.vocab_size)
+    run, prompt = _start(model, config, prompt, order, speculative=True)
     draft = parse_draft(draft)
-    device = model.tok_embeddings.weight.device
-    n, batch, given = config.length, config.num_samples, len(prompt)
-    orders = generation_orders(n, batch, prompt, config.order if order is None else order, plan_generator(config.seed))
-    noise = noise_generator(config.seed, device)
+    n, batch, given, device, noise = run.n, run.batch, run.given, run.device, run.noise
+    to_fill = n - given
 
-    synchronize(device)
-    start_time = time.perf_counter()
-    decoder = CachedDecoder(model, batch, slots=n + 1, backend=config.backend, linears=config.linears)
-    order_dev = orders.to(device)
-    in_order = torch.zeros(batch, n + 1, dtype=torch.long, device=device)  # x[sigma(j)]: known, then drafts
-    if given:
-        in_order[:, :given] = torch.tensor(prompt.tokens, device=device)
+    run.start(model, config, prompt)
+    decoder, in_order, order_dev = run.decoder, run.in_order, run.order_dev  # in_order: known, then drafts
     known = torch.full((batch,), given, dtype=torch.long)
     cache_len = torch.zeros(batch, dtype=torch.long)
     in_flight = torch.zeros(batch, dtype=torch.long)  # drafts at order indices known .. known + in_flight - 1
@@ -421,11 +496,9 @@ def speculative_generate(
     bar.refresh()  # tqdm draws at most every 0.1 s: show the total before the bar goes
     bar.close()
 
-    tokens = torch.zeros(batch, n, dtype=torch.long, device=device).scatter_(1, order_dev, in_order[:, :n])
-    tokens = tokens.cpu()
-    synchronize(device)
-    seconds = time.perf_counter() - start_time
-    return GenerationResult(tokens, orders, given, config.steps, forwards, seconds), stats
+    tokens, seconds = _finish(run)
+    steps = max(1, min(config.steps, to_fill))  # reported as the config asked, within 1..to_fill
+    return GenerationResult(tokens, run.orders, given, steps, forwards, seconds), stats
 
 
 def _take_draft_rows(probs: torch.Tensor, verify: torch.Tensor, new: torch.Tensor) -> torch.Tensor:

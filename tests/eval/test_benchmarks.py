@@ -3,6 +3,8 @@ EOS after every document, one stream, only the final partial chunk dropped, with
 chunk counts of the benchmark files in ../shared/data."""
 
 import json
+import os
+import re
 
 import pytest
 import torch
@@ -58,11 +60,40 @@ def test_lambada_records_skip_blank_lines_and_get_the_authors_newline(fake_data)
     assert load_documents("lambada", "test").texts == ['\nHe said "hi" to Bob', "\nTrailing space"]
 
 
-def test_missing_local_file_and_unreachable_hub_is_one_line_error(fake_data):
-    with pytest.raises(UserError, match=r"ptb validation: no local file .*ptb\.valid\.txt and huggingface\.co cannot"):
-        load_documents("ptb", "validation")
-    with pytest.raises(UserError, match=r"lm1b test: no local file .*news\.en\.heldout-00000-of-00050 and huggingface"):
-        load_documents("lm1b", "test")
+MISSING = [
+    ("ptb", "validation", r"ptb validation: no local file .*ptb\.valid\.txt and huggingface\.co cannot"),
+    ("lm1b", "test", r"lm1b test: no local file .*news\.en\.heldout-00000-of-00050 and huggingface\.co cannot"),
+]
+
+
+@pytest.mark.parametrize("hub", ["unreachable", "offline"])
+def test_missing_local_file_and_unreachable_hub_is_one_line_error(fake_data, monkeypatch, hub):
+    """The same one line whether the hub cannot be reached or HF_HUB_OFFLINE=1 forbids it (and the HF
+    cache has no copy): the test sets each environment itself instead of inheriting the caller's."""
+    if hub == "unreachable":
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+        for dataset, split, message in MISSING:
+            with pytest.raises(UserError, match=message) as info:
+                load_documents(dataset, split)
+            assert "\n" not in str(info.value)
+        return
+    # offline: the real `datasets` in a fresh process (it reads the variables at import), empty HF cache
+    import subprocess
+    import sys
+
+    code = (
+        "from aogpt_plugin.errors import UserError\nfrom aogpt_plugin.eval.benchmarks import load_documents\n"
+        f"for dataset, split in {[(d, s) for d, s, _ in MISSING]!r}:\n"
+        "    try:\n        load_documents(dataset, split)\n    except UserError as e:\n        print(e)\n"
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(fake_data / "hf")}
+    env["AOGPT_DATA_DIR"] = str(fake_data)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    lines = proc.stdout.strip().splitlines()
+    assert proc.returncode == 0 and len(lines) == len(MISSING), proc.stderr[-2000:]
+    for line, (_, _, message) in zip(lines, MISSING, strict=True):
+        assert re.search(message, line), line
 
 
 def test_lambada_falls_back_to_the_openai_url(fake_data):

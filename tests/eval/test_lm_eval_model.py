@@ -126,12 +126,44 @@ def test_local_lambada_task_runs_offline_through_aogpt_lm_eval(tmp_path, model_d
         f"pretrained={model_dir}",
         "--batch_size",
         "4",
-        "--device",
-        "cpu",
-    ]
+    ]  # no --device: aogpt's default (the machine's) replaces lm_eval's cuda:0, which a CPU machine lacks
     argv += ["--tasks", "lambada_local", "--include_path", str(tmp_path / "tasks"), "--limit", "6"]
     argv += ["--output_path", str(out)]
     assert main(argv) == 0
     (found,) = [os.path.join(d, f) for d, _, files in os.walk(out) for f in files if f.startswith("results")]
     results = json.loads(open(found).read())["results"]["lambada_local"]
     assert 0.0 <= results["acc,none"] <= 1.0 and results["perplexity,none"] > 1.0
+
+
+@pytest.mark.parametrize(
+    ("model_args", "message"),
+    [
+        ("pretrained={dir},bogus_key=1", "model_args bogus_key=1 is not an aogpt model argument; allowed: pretrained,"),
+        ("order=l2r", "model_args has no pretrained=OUT_DIR"),
+        ("pretrained={missing}", "model directory '{missing}' does not exist"),  # not blamed on the device
+        ("pretrained={dir},batch_size=4", "model_args batch_size= is also set by lm_eval's own --batch_size"),
+        ("pretrained={dir},verify=maybe", "model_args verify='maybe' is not allowed; allowed: true, false"),
+    ],
+)
+def test_bad_model_args_through_aogpt_lm_eval_are_one_line(capsys, tmp_path, model_dir, model_args, message):
+    missing = str(tmp_path / "no-such-model")
+    model_args = model_args.format(dir=model_dir, missing=missing)
+    code = main(["lm-eval", "--model", "aogpt", "--model_args", model_args, "--tasks", "lambada_openai"])
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and "Traceback" not in err, err[-2000:]
+    assert message.format(missing=missing) in errors[0]
+
+
+def test_verify_false_loads_a_changed_folder_that_verify_refuses(tmp_path, model_dir):
+    import shutil
+
+    changed = tmp_path / "changed"
+    shutil.copytree(model_dir, changed)
+    weights = changed / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-8] ^= 0x01
+    weights.write_bytes(bytes(data))
+    with pytest.raises(UserError, match="does not match the sha256 recorded in its config.json"):
+        AOGPTLM(pretrained=str(changed))
+    AOGPTLM(pretrained=str(changed), verify=False)

@@ -64,3 +64,22 @@ def test_activation_checkpointing_keeps_outputs_and_grads(mode):
     ac(x, order=order).square().mean().backward()
     for (n, p), (_, q) in zip(ref.named_parameters(), ac.named_parameters(), strict=True):
         torch.testing.assert_close(p.grad, q.grad, msg=n)
+
+
+@pytest.mark.parametrize("key", ["tensor_parallel_degree", "context_parallel_degree", "pipeline_parallel_degree"])
+def test_preflight_and_parallelize_share_one_parallelism_rule(key):
+    """One rule, asked before the process group (preflight) and again by the parallelize_fn."""
+    from aogpt_plugin.errors import ConfigError
+    from aogpt_plugin.infra.parallelize import check_parallelism, parallelize_aogpt
+    from aogpt_plugin.preflight import check_job_config
+
+    cfg = parse_job_config(["--job.config_file", "train_configs/aogpt_debug.toml", f"--parallelism.{key}", "2"])
+    message = f"parallelism.{key}=2 is not supported by aogpt; allowed: 1 (use FSDP/HSDP/DDP)"
+    for check in (
+        lambda: check_parallelism(cfg.parallelism),
+        lambda: check_job_config(cfg),
+        lambda: parallelize_aogpt(tiny_model(), object(), cfg),
+    ):
+        with pytest.raises(ConfigError) as info:
+            check()
+        assert str(info.value) == message

@@ -55,3 +55,31 @@ def test_round_trip_dict():
     assert AOGPTModelArgs.from_dict(args.to_dict()) == args
     with pytest.raises(ConfigError, match="unknown model args"):
         AOGPTModelArgs.from_dict({**args.to_dict(), "rope": True})
+
+
+def test_the_seq_len_rule_reads_the_same_in_update_from_config_as_in_preflight():
+    """update_from_config said "this flavor's positions" with the flavor in parentheses; preflight
+    and update_from_config now share check_positions."""
+    from types import SimpleNamespace
+
+    from aogpt_plugin.model.args import check_positions
+
+    job = SimpleNamespace(training=SimpleNamespace(seq_len=4096), model=SimpleNamespace(flavor="debugmodel"))
+    message = "training.seq_len=4096 is outside the positions of model.flavor='debugmodel'; allowed: 1..256"
+    with pytest.raises(ConfigError) as info:
+        AOGPTModelArgs(max_seq_len=256).update_from_config(job)
+    assert str(info.value) == message
+    with pytest.raises(ConfigError, match=r"^--length=0 is outside the positions of the model; allowed: 1\.\.8$"):
+        check_positions("--length", 0, 8, "the model")
+    check_positions("--length", 8, 8, "the model")
+
+
+def test_conditioning_has_one_rule_for_the_config_section_and_the_model():
+    from aogpt_plugin.model.args import check_conditioning
+
+    with pytest.raises(
+        ConfigError, match=r"^aogpt.conditioning='film' is not supported; allowed: adaln, concat, none$"
+    ):
+        check_conditioning("film")
+    for name in ("adaln", "concat", "none"):
+        check_conditioning(name)

@@ -1,0 +1,84 @@
+"""A stop that saves: SIGTERM or a first Ctrl-C finish the step, write a complete checkpoint, print one
+line naming it and the resume command (which works verbatim), and exit 128 + the signal; a second
+Ctrl-C stops at once and keeps the last complete checkpoint."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import ROOT, debug_train_args, launch_train
+
+
+def _start(dump, **overrides):
+    args = debug_train_args(dump, 400, **{"validation.freq": 1000, "checkpoint.interval": 100, **overrides})
+    return launch_train(args, popen=True)
+
+
+def _wait_for(proc, pattern: str, log: list[str], timeout: float = 180) -> None:
+    deadline = time.time() + timeout
+    for line in proc.stdout:
+        log.append(line)
+        if re.search(pattern, line):
+            return
+        assert time.time() < deadline, "".join(log[-20:])
+    raise AssertionError("".join(log[-20:]))
+
+
+def _finish(proc, log: list[str]) -> list[str]:
+    log += proc.stdout.readlines()
+    proc.wait(timeout=120)
+    return [ln.rstrip("\n") for ln in log if ln.startswith(("error", "Traceback"))]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_finishes_the_step_saves_it_and_the_printed_command_resumes_it(tmp_path, signum):
+    """Reported: SIGTERM killed the run with no message and no checkpoint; Ctrl-C printed an 81-line
+    traceback and kept nothing since the last interval."""
+    dump = tmp_path / "run"
+    proc, log = _start(dump), []
+    _wait_for(proc, r"step:\s+3\s", log)
+    proc.send_signal(signum)
+    (line,) = _finish(proc, log)
+    assert proc.returncode == 128 + signum, "".join(log[-20:])
+    m = re.match(r"error: stopped by .* after step (\d+): (\S+) is a complete checkpoint; resume with: (.*)$", line)
+    assert m, line
+    step = int(m.group(1))
+    assert (
+        m.group(2) == f"{dump}/checkpoint/step-{step}"
+        and (dump / "checkpoint" / f"step-{step}" / ".metadata").is_file()
+    )
+    assert step < 100  # saved at the stop, not at the interval
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"}
+    command = m.group(3).replace("--training.steps 400", f"--training.steps {step + 1}")
+    again = subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"Training starts at step {step + 1}" in again.stderr + again.stdout
+
+
+def test_a_second_ctrl_c_stops_at_once_and_keeps_the_last_complete_checkpoint(tmp_path):
+    dump = tmp_path / "run"
+    # long steps (tiny model, batch 32 x 256 synthetic tokens: ~2 s), so the second Ctrl-C lands inside the
+    # step the first one finishes
+    spec = "markov:vocab=32,order=2,branching=4,seed=0"
+    big = {"training.local_batch_size": 32, "training.seq_len": 256, "checkpoint.interval": 2}
+    big |= {"training.dataset": "synthetic", "training.dataset_path": spec, "validation.dataset": "synthetic"}
+    big |= {"validation.dataset_path": spec, "aogpt.tokenizer": "symbols:32", "model.flavor": "tiny"}
+    proc, log = _start(dump, **big), []
+    _wait_for(proc, r"step:\s+2\s", log)
+    while not (dump / "checkpoint" / "step-2" / ".metadata").is_file():
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _wait_for(proc, r"Ctrl-C again stops at once", log)
+    proc.send_signal(signal.SIGINT)
+    (line,) = _finish(proc, log)
+    assert proc.returncode == 130
+    assert line.startswith("error: stopped at once by Ctrl-C (SIGINT); the newest complete checkpoint is "), line
+    newest = re.search(r"checkpoint/step-(\d+);", line).group(1)
+    assert (dump / "checkpoint" / f"step-{newest}" / ".metadata").is_file()
+    assert f"--checkpoint.load_step {newest}" in line
