@@ -9,19 +9,20 @@ Three things stop it (each verified on torch 2.13 CPU; docs/training.md, "CPU no
 3. gloo rejects the PREMUL_SUM reduction FSDP2 derives from torchtitan's gradient divide factor:
    handled in infra/parallelize.py by forcing SUM reductions on CPU meshes.
 The metrics stay honest on CPU: memory is the process's resident set (peak since the last log),
-never a negative placeholder, and MFU is measured against this machine's own fp32 matmul peak
-(timed once at start-up and logged as such) instead of an A100's.
+never a negative placeholder, and there is no MFU: a CPU has no published peak, and a peak timed
+at start-up on a shared machine (512^3 matmuls) read 9 GFLOP/s in one run and 155 in another, so
+MFU read up to 171%. The metrics line and TensorBoard keep `tflops` (model FLOP/s achieved); see
+`without_cpu_mfu`.
 """
 
 from __future__ import annotations
 
-import functools
 import importlib
 import importlib.util
 import logging
 import os
+import re
 import sys
-import time
 import types
 
 import torch
@@ -107,21 +108,61 @@ def _peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-@functools.cache
-def measured_cpu_peak_flops() -> float:
-    """This machine's fp32 matmul rate with the current threads (best of a few 512^3 products)."""
-    a, b = torch.randn(512, 512), torch.randn(512, 512)
-    best = float("inf")
-    for _ in range(6):
-        start = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - start)
-    flops = 2 * 512**3 / best
-    logging.getLogger().info(
-        f"CPU run: MFU is against this machine's measured fp32 matmul peak, {flops / 1e9:.1f} GFLOP/s "
-        f"({torch.get_num_threads()} threads), not a GPU's"
-    )
-    return flops
+MFU_METRIC = "mfu(%)"  # torchtitan's TensorBoard / WandB key
+_MFU_IN_LINE = re.compile(r"\s*(\x1b\[[0-9;]*m)?mfu: [^%\s]*%")
+NO_CPU_MFU = "CPU run: no MFU (a CPU has no stable peak FLOP/s to divide by); tflops is the model FLOP/s achieved"
+
+
+class _NoCPUMFULines(logging.Filter):
+    """Drops the MFU from torchtitan's metrics line and replaces its "Peak FLOPS" line (CPU runs)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str):
+            if record.msg.startswith("Peak FLOPS used for computing MFU"):
+                record.msg, record.args = NO_CPU_MFU, ()
+            elif "mfu: " in record.msg:
+                record.msg = _MFU_IN_LINE.sub("", record.msg)
+        return True
+
+
+class _WithoutMFU:
+    """A metric logger (TensorBoard, WandB) that never receives torchtitan's MFU on a CPU."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    def log(self, metrics: dict, step: int) -> None:
+        self.inner.log({k: v for k, v in metrics.items() if k != MFU_METRIC}, step)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def without_cpu_mfu() -> None:
+    """No MFU on CPU: the peak is NaN (a stray use reads nan, never a made-up percentage), the
+    metrics line loses its `mfu:` field and the metric loggers the `mfu(%)` scalar (idempotent)."""
+    utils = importlib.import_module("torchtitan.tools.utils")
+    if not getattr(utils.get_peak_flops, "aogpt_cpu", False):
+        gpu_peak_flops = utils.get_peak_flops
+
+        def get_peak_flops(device_name: str) -> float:
+            return float("nan") if device_name == "cpu" else gpu_peak_flops(device_name)
+
+        get_peak_flops.aogpt_cpu = True
+        utils.get_peak_flops = get_peak_flops
+    processor = importlib.import_module("torchtitan.components.metrics").MetricsProcessor
+    if not getattr(processor.__init__, "aogpt_cpu", False):
+        init = processor.__init__
+
+        def __init__(self, *args, **kwargs):
+            init(self, *args, **kwargs)
+            self.logger = _WithoutMFU(self.logger)
+
+        __init__.aogpt_cpu = True
+        processor.__init__ = __init__
+    root = logging.getLogger()  # torchtitan logs through the root logger
+    if not any(isinstance(f, _NoCPUMFULines) for f in root.filters):
+        root.addFilter(_NoCPUMFULines())
 
 
 def has_accelerator() -> bool:
@@ -153,12 +194,4 @@ def enable_torchtitan_on_cpu() -> None:
             mod.device_type = "cpu"
         if hasattr(mod, "device_module"):
             mod.device_module = shim
-    utils = importlib.import_module("torchtitan.tools.utils")
-    if not getattr(utils.get_peak_flops, "aogpt_cpu", False):
-        gpu_peak_flops = utils.get_peak_flops
-
-        def get_peak_flops(device_name: str) -> float:
-            return measured_cpu_peak_flops() if device_name == "cpu" else gpu_peak_flops(device_name)
-
-        get_peak_flops.aogpt_cpu = True
-        utils.get_peak_flops = get_peak_flops
+    without_cpu_mfu()

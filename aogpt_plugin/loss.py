@@ -5,10 +5,13 @@ summed cross-entropy of slot j's logits against x[sigma(j)] over all n slots (th
 predicts the first). torchtitan divides the sum by the global token count.
 
 StepGuard: one per TrainSpec, handed to both builders (train_spec.py), so they share it explicitly
-and nothing else can. The loss records every microbatch's loss sum; before each optimizer step the
-optimizers container asks the guard whether the loss or the gradients were NaN/inf on any rank
-(one all-reduce), and after it whether the new weights are finite. A bad step raises
-NonFiniteStepError before anything is written: no weight, EMA or checkpoint after the last good step.
+and nothing else can. The loss records every microbatch's loss sum and token count; before each
+optimizer step the optimizers container asks the guard, in one all-reduce over the ranks, whether the
+loss or the gradients were NaN/inf anywhere, whether a stop was requested anywhere (SIGTERM/Ctrl-C,
+stop_request.py), and the step's mean loss, kept per step with whether it was in the normal range
+(the checkpoint records and the NaN advice read it). After the step it checks the new weights. A bad
+step raises NonFiniteStepError before anything is written: no weight, EMA or checkpoint after the
+last good step.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ one line naming the checkpoint and the command that resumes it.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -62,6 +63,8 @@ class StopRequest:
                 raise Interrupted(signum)
             return  # e.g. torchrun's SIGTERM after the terminal's SIGINT: already stopping
         self.signum = signum
+        if os.environ.get("RANK", "0") != "0":  # every rank gets the signal; rank 0 speaks
+            return
         sys.stderr.write(
             f"{SIGNAL_NAMES[signum]}: finishing this step and saving a checkpoint before stopping "
             "(Ctrl-C again stops at once)\n"

@@ -14,9 +14,13 @@ the scoring), logged to the console and TensorBoard as
         fixed random order): how much the model uses the content
         of its context. An any-order model first sits on a plateau where it knows token frequencies
         and positions only (gain 0); this is the curve that shows it leave.
+    validation_metrics/throughput(tps)   tokens scored per second per device by this validation
+        (every forward pass's targets, raw and EMA weights; torchtitan's own count was always 0)
 """
 
 from __future__ import annotations
+
+import time
 
 import torch
 import torch.distributed as dist
@@ -110,8 +114,10 @@ class AOValidator(BaseValidator):
             )
         return windows
 
-    def _losses(self, model) -> dict[str, float]:
+    def _losses(self, model) -> tuple[dict[str, float], int]:
+        """The NLLs over all ranks, and how many target tokens this rank's forward passes scored."""
         device = utils.device_type
+        scored = 0
         # l2r sum, l2r n, ao sum, ao n; and for the context gain: own sum, wrong-context sum, n
         totals = torch.zeros(7, dtype=torch.float64, device=device)
         for x, orders in self.batches:
@@ -120,10 +126,12 @@ class AOValidator(BaseValidator):
                 s, n = nll_sum_and_count(model, x, None)
                 totals[0] += s
                 totals[1] += n
+                scored += n
                 for order in orders:
                     s, n = nll_sum_and_count(model, x, order.to(device))
                     totals[2] += s
                     totals[3] += n
+                    scored += n
                 if x.shape[0] > 1:  # the same targets, every slot reading another window's tokens
                     order = orders[0].to(device) if orders and not self.l2r_trained else None
                     own = token_nlls(model, x, order)
@@ -131,6 +139,7 @@ class AOValidator(BaseValidator):
                     totals[4] += own.double().sum()
                     totals[5] += wrong.double().sum()
                     totals[6] += own.numel()
+                    scored += 2 * own.numel()  # two forward passes: own and other windows' context
         if dist.is_initialized() and self.parallel_dims.dp_enabled:
             dist.all_reduce(totals)
         t = totals.tolist()
@@ -139,26 +148,42 @@ class AOValidator(BaseValidator):
             out["ao"] = t[2] / t[3]
         if t[6] > 0:
             out["context_gain"] = (t[5] - t[4]) / t[6]
-        return out
+        return out, scored
 
     @torch.no_grad()
     def validate(self, model_parts, step: int) -> None:
+        start = time.perf_counter()
         model = model_parts[0]
         model.eval()
-        metrics = {_tag(k): v for k, v in self._losses(model).items()}
+        losses, scored = self._losses(model)
+        metrics = {_tag(k): v for k, v in losses.items()}
         ema = getattr(model, "ema", None)
         if self.use_ema and ema is not None:
             with ema.swapped():
-                for k, v in self._losses(model).items():
+                losses, ema_scored = self._losses(model)
+                scored += ema_scored
+                for k, v in losses.items():
                     metrics[_tag(k) + "_ema"] = v
         model.train()
         headline = metrics.get("validation_metrics/loss_ao", metrics["validation_metrics/loss_l2r"])
-        self.metrics_processor.log_validation(loss=headline, step=step, extra_metrics=metrics)
+        self._log_validation(headline, step, metrics, scored, start)
         logger.info(
             "aogpt validation step %d: %s",
             step,
             "  ".join(f"{k.split('/')[-1]}={v:.4f}" for k, v in metrics.items()),
         )
+
+    def _log_validation(self, loss: float, step: int, metrics: dict, scored: int, start: float) -> None:
+        """torchtitan's log_validation divides the tokens counted since its last log by the time since:
+        right after the training log that is 0 tokens, so its tps was always 0. Hand it this
+        validation's tokens and start time, then give the training counters back, less the
+        validation's time, so the next training tps neither loses tokens nor counts validation."""
+        mp = self.metrics_processor
+        train_tokens, train_since = mp.ntokens_since_last_log, mp.time_last_log
+        mp.ntokens_since_last_log, mp.time_last_log = scored, start
+        mp.log_validation(loss=loss, step=step, extra_metrics=metrics)
+        mp.ntokens_since_last_log = train_tokens
+        mp.time_last_log = train_since + (time.perf_counter() - start)
 
 
 def _tag(key: str) -> str:

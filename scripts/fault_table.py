@@ -239,7 +239,21 @@ def rows(tmp: Path) -> list[tuple[str, str, str, str]]:
         'TOML value of the wrong type (`p_l2r = "abc"`)',
         f"{TRAIN.replace('train_configs/aogpt_debug.toml', '{tmp}/bad.toml')} --job.dump_folder {{tmp}}/x",
     )
+    typo_toml = tmp / "typo.toml"
+    typo_toml.write_text(
+        (ROOT / "train_configs" / "aogpt_debug.toml")
+        .read_text()
+        .replace("[training]\n", "[training]\nstepz = 3\n", 1)
+        .replace("[aogpt]\n", '[aogpt]\norderr = "l2r"\n', 1)
+    )
+    add(
+        "two typo'd TOML keys (`[training] stepz`, `[aogpt] orderr`)",
+        f"{TRAIN.replace('train_configs/aogpt_debug.toml', '{tmp}/typo.toml')} --job.dump_folder {{tmp}}/x",
+        nothing_written(tmp / "x"),
+    )
     for override in (
+        "--training.stepz 3",
+        "--training.steps abc",
         "--parallelism.tensor_parallel_degree 2",
         "--training.local_batch_size 0",
         "--optimizer.lr -1",
@@ -279,6 +293,19 @@ def rows(tmp: Path) -> list[tuple[str, str, str, str]]:
     )
     (tmp / "afile").write_text("x")
     add("convert into OUT_DIR whose parent is a file", "aogpt convert {tmp}/conv/checkpoint {tmp}/afile/model")
+    (tmp / "mine").mkdir()
+    (tmp / "mine" / "notes.txt").write_text("the user's own file")
+    add(
+        "`convert --force` into an ordinary folder holding the user's `notes.txt`",
+        "aogpt convert {tmp}/conv/checkpoint {tmp}/mine --force",
+        lambda: f"kept: {sorted(p.name for p in (tmp / 'mine').iterdir())}",
+    )
+    add(
+        "two converts into one folder at once",
+        "python -c \"from aogpt_plugin.model_dir import check_out_dir; import time; check_out_dir('{tmp}/busy_out', True); "
+        'time.sleep(20)" & P=$!; sleep 5; aogpt convert {tmp}/conv/checkpoint {tmp}/busy_out; S=$?; kill $P; exit $S',
+        display="(another `aogpt convert` writing D/out) aogpt convert D/conv/checkpoint D/out",
+    )
     add(
         "convert a GPT-2 run with `--tokenizer symbols:100`",
         "aogpt convert {tmp}/conv/checkpoint {tmp}/sym100 --tokenizer symbols:100",
@@ -312,6 +339,35 @@ def rows(tmp: Path) -> list[tuple[str, str, str, str]]:
     (tmp / "noargs" / "config.json").write_text(json.dumps({"format": "aogpt-converted", "tokenizer": "gpt2"}))
     add("config.json without `model_args`", "aogpt eval ppl --model {tmp}/noargs --dataset ptb --order l2r")
     add("`--model` names a file", "aogpt sample --model {tmp}/afile")
+    shutil.copytree(tmp / "model", tmp / "flipped")
+
+    def flip_bytes():
+        weights = tmp / "flipped" / "model.safetensors"
+        data = bytearray(weights.read_bytes())
+        for i in range(1, 65):
+            data[-i] ^= 1
+        weights.write_bytes(bytes(data))
+
+    add(
+        "64 flipped bytes in `model.safetensors`",
+        "aogpt sample --model {tmp}/flipped --length 8 --no-progress",
+        setup=flip_bytes,
+    )
+    add("a misspelt option (`--num-smaples`)", "aogpt sample --model {tmp}/model --num-smaples 2")
+    add(
+        "`aogpt sample --num-samples 1000000000`",
+        "aogpt sample --model {tmp}/model --num-samples 1000000000",
+        lambda: "refused before any work",
+    )
+    add("`aogpt sample > /dev/full`", "aogpt sample --model {tmp}/model --length 8 --no-progress > /dev/full")
+    add(
+        "`aogpt lm-eval` with an unknown model argument",
+        "aogpt lm-eval --model aogpt --model_args pretrained={tmp}/model,bogus_key=1 --tasks lambada_openai",
+    )
+    add(
+        "`aogpt lm-eval` with a model folder that does not exist",
+        "aogpt lm-eval --model aogpt --model_args pretrained={tmp}/nope --tasks lambada_openai",
+    )
     add(
         "`--save-samples` into a folder that does not exist",
         "aogpt eval genppl --model {tmp}/model --scorer {tmp}/model --num-samples 64 --save-samples {tmp}/no/dir/s.json",

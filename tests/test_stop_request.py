@@ -82,3 +82,25 @@ def test_a_second_ctrl_c_stops_at_once_and_keeps_the_last_complete_checkpoint(tm
     newest = re.search(r"checkpoint/step-(\d+);", line).group(1)
     assert (dump / "checkpoint" / f"step-{newest}" / ".metadata").is_file()
     assert f"--checkpoint.load_step {newest}" in line
+
+
+@pytest.mark.slow
+def test_sigterm_to_torchrun_saves_one_checkpoint_every_rank_agreed_on(tmp_path):
+    """SLURM signals the launcher (torchrun), whose agent sends SIGTERM to every worker: the ranks agree
+    on one step through the step guard's all-reduce and write one complete 2-rank checkpoint."""
+    dump = tmp_path / "run"
+    args = debug_train_args(dump, 400, **{"validation.freq": 1000, "checkpoint.interval": 100})
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "aogpt_plugin.train", *args]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log: list[str] = []
+    _wait_for(proc, r"step:\s+3\s", log)
+    proc.send_signal(signal.SIGTERM)
+    lines = [ln for ln in _finish(proc, log) if ln.startswith("error")]
+    (line,) = lines  # rank 0 speaks (torchrun's agent adds its own SignalException report)
+    m = re.match(r"error: stopped by SIGTERM after step (\d+): (\S+) is a complete checkpoint", line)
+    assert m, line
+    step_dir = dump / "checkpoint" / f"step-{m.group(1)}"
+    assert (step_dir / ".metadata").is_file() and len(list(step_dir.glob("*.distcp"))) == 2
+    assert sum("finishing this step" in ln for ln in log) == 1
+    assert "--nproc_per_node=2" in line and f"--checkpoint.load_step {m.group(1)}" in line

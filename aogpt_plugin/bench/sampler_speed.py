@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from ..devices import LINEAR_KERNELS, add_verify_arg, device_name, resolve_device, resolve_dtype, synchronize
 from ..errors import UserError
 from ..model import FLAVORS
+from ..sampler.options import BACKENDS
 from . import median_and_range
 
 if TYPE_CHECKING:  # the models and samplers load when a benchmark runs, not for `--help`
@@ -39,7 +40,7 @@ def add_to(subparsers) -> None:
     p.add_argument("--batch", type=int, default=1, help="samples per batch (default 1)")
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:N")
     p.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 (default: bf16 on cuda, else fp32)")
-    p.add_argument("--backend", choices=("auto", "sdpa", "flex"), default="auto", help="AO/AR attention backend")
+    p.add_argument("--backend", choices=BACKENDS, default="auto", help="AO/AR attention backend")
     p.add_argument(
         "--linears", choices=LINEAR_KERNELS, default="auto", help="Linear kernels of all three (sampler/decoder.py)"
     )

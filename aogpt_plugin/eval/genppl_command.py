@@ -8,6 +8,7 @@ import time
 
 from ..devices import Reporter, add_runtime_args, print_json, resolve_device, resolve_dtype
 from ..errors import UserError, check_writable, require_at_least
+from ..orders import READ_ORDERS
 from .samples import TOKEN_MODES
 
 
@@ -31,7 +32,7 @@ def add_to(subparsers) -> None:
     g.add_argument(
         "--speculative", default=None, metavar="K|auto", help="exact speculative sampling of the T=length distribution"
     )
-    g.add_argument("--sample-order", choices=("random", "l2r"), default="random", help="generation order")
+    g.add_argument("--sample-order", choices=READ_ORDERS, default="random", help="generation order")
     g.add_argument("--temperature", type=float, default=1.0)
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--top-k", type=int, default=None)

@@ -32,11 +32,10 @@ from tqdm import tqdm
 from ..devices import resolve_device, resolve_dtype
 from ..errors import UserError
 from ..likelihood import token_nll
-from ..orders import L2R
+from ..orders import L2R, READ_ORDERS
 from ..seeding import stream_generator
 from .perplexity import score_chunks
 
-READ_ORDERS = (L2R, "random")
 MODEL_ARGS = ("pretrained", "order", "orders", "seed", "batch_size", "device", "dtype", "max_gen_toks", "max_length")
 MODEL_ARGS += ("verify",)
 LM_EVAL_PASSES = ("max_batch_size",)  # lm_eval hands every model these too; aogpt does not use them

@@ -12,6 +12,8 @@ import sys
 
 from ..devices import add_runtime_args
 from ..errors import UserError
+from ..orders import READ_ORDERS
+from .options import BACKENDS, COUNTS, SCHEDULES
 
 
 def add_to(subparsers) -> None:
@@ -20,12 +22,12 @@ def add_to(subparsers) -> None:
     p.add_argument("--num-samples", type=int, default=1, metavar="B", help="samples in the batch (default 1)")
     p.add_argument("--length", type=int, default=None, metavar="N", help="tokens per sample (default: all positions)")
     p.add_argument("--steps", type=int, default=None, metavar="T", help="denoising steps, 1..N (default N)")
-    p.add_argument("--order", choices=("random", "l2r"), default="random", help="fill order (default random)")
+    p.add_argument("--order", choices=READ_ORDERS, default="random", help="fill order (default random)")
     # --schedule/--counts default to None so that check_sampling_flags sees whether they were given
-    p.add_argument("--schedule", choices=("linear", "cosine"), default=None, help="time grid (default linear)")
+    p.add_argument("--schedule", choices=SCHEDULES, default=None, help="time grid (default linear)")
     p.add_argument(
         "--counts",
-        choices=("deterministic", "binomial"),
+        choices=COUNTS,
         default=None,
         help="tokens per step: the authors' deterministic rule or Lemma 4.1's binomial draws",
     )
@@ -47,7 +49,7 @@ def add_to(subparsers) -> None:
         "distribution in fewer forward passes (excludes --steps/--schedule/--counts)",
     )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--backend", choices=("auto", "sdpa", "flex"), default="auto", help="attention (auto: per device)")
+    p.add_argument("--backend", choices=BACKENDS, default="auto", help="attention (auto: per device)")
     add_runtime_args(p)
     p.set_defaults(run=run)
 

@@ -32,9 +32,9 @@ from ..devices import LINEAR_KERNELS
 from ..errors import UserError
 from ..model import AOGPT
 from .masks import FlexStepMask, dense_mask
+from .options import BACKENDS
 
 # ---- attention backends ---------------------------------------------------------------------
-BACKENDS = ("auto", "sdpa", "flex")
 
 _compiled_flex = None
 

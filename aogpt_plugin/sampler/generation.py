@@ -33,11 +33,10 @@ from ..errors import UserError
 from ..model import AOGPT
 from ..orders import READ_ORDERS
 from ..seeding import stream_generator
-from .decoder import BACKENDS, CachedDecoder
+from .decoder import CachedDecoder
+from .options import BACKENDS, COUNTS, SCHEDULES
 from .prompt import Prompt, generation_orders
 from .sampling import (
-    COUNTS,
-    SCHEDULES,
     SamplingParams,
     filtered_scores,
     gumbel_argmax,

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import UserError
+from .options import COUNTS, SCHEDULES
 
 
 @dataclass(frozen=True)
@@ -107,9 +108,6 @@ def noise_workspace(rows: int, vocab_size: int, device: torch.device | str) -> t
 
 
 # -- how many positions each of the T steps unmasks --
-
-SCHEDULES = ("linear", "cosine")
-COUNTS = ("deterministic", "binomial")
 
 
 def time_grid(steps: int, schedule: str = "linear") -> torch.Tensor:
