@@ -1,4 +1,4 @@
-"""The `aogpt` command: convert, tokenizer, sample, eval, bench, lm-eval.
+"""The `aogpt` command: train, convert, tokenizer, sample, eval, bench, lm-eval.
 
 Each sub-command lives next to the code it drives and adds itself with `add_to(subparsers)`; only
 the module of the command being run is imported, so `aogpt` and `aogpt --help` list the commands
@@ -16,7 +16,8 @@ import sys
 
 from .errors import UserError
 
-COMMANDS = {  # name: (module whose add_to defines it, one-line help); lm-eval: run_lm_eval, lm_eval parses
+COMMANDS = {  # name: (module whose add_to defines it, one-line help); train, lm-eval: their own parsers
+    "train": (None, "train with torchtitan: `python -m aogpt_plugin.train ARGS` (torchrun -m ... for several)"),
     "convert": ("aogpt_plugin.convert", "torchtitan DCP checkpoint -> model folder (safetensors + config.json)"),
     "tokenizer": ("aogpt_plugin.data.tokenizer_training", "train a byte-level BPE tokenizer.json on a corpus"),
     "sample": ("aogpt_plugin.sampler.cli", "generate text from a converted model (any order, KV cache)"),
@@ -184,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if command == "lm-eval":  # lm_eval parses its own arguments
             return run_lm_eval(argv[1:])
+        if command == "train":  # the launcher parses its own (torchtitan's) arguments
+            os.execv(sys.executable, [sys.executable, "-m", "aogpt_plugin.train", *argv[1:]])
         args = build_parser(command).parse_args(argv)
         code = int(args.run(args) or 0)
         sys.stdout.flush()  # a write error shows here, not as a traceback at exit

@@ -100,15 +100,22 @@ def build_aogpt_lr_schedulers(optimizers, lr_scheduler_config, training_steps):
     return base if lr is None else ConfiguredLRSchedulers(base, lr)
 
 
+def check_ema_compatible(early_step_in_backward: bool, fault_tolerant: bool, ema_enabled: bool) -> None:
+    """torchtitan builds its own optimizers for these two, which never update the EMA."""
+    if ema_enabled and (early_step_in_backward or fault_tolerant):
+        what = "optimizer.early_step_in_backward=true" if early_step_in_backward else "fault tolerance"
+        raise ConfigError(
+            f"{what} builds torchtitan's own optimizers, which never update the EMA; allowed with it: "
+            "[ema] enable = false"
+        )
+
+
 def build_aogpt_optimizers(model_parts, optimizer_config, parallel_dims, ft_manager=None, *, guard: StepGuard):
     name = optimizer_config.name
     emas = [m for m in model_parts if getattr(m, "ema", None) is not None]
-    if optimizer_config.early_step_in_backward or (ft_manager is not None and ft_manager.enabled):
-        if emas:
-            raise ConfigError(
-                "optimizer.early_step_in_backward and fault tolerance build torchtitan's own optimizers, "
-                "which never update the EMA; allowed with them: [ema] enable = false"
-            )
+    fault_tolerant = ft_manager is not None and ft_manager.enabled
+    if optimizer_config.early_step_in_backward or fault_tolerant:
+        check_ema_compatible(optimizer_config.early_step_in_backward, fault_tolerant, bool(emas))
         return build_optimizers(model_parts, optimizer_config, parallel_dims, ft_manager)
     check_optimizer_name(name)
     impl = optimizer_config.implementation

@@ -147,14 +147,11 @@ def _check_components(job_config) -> None:
     from torchtitan.protocols.model_converter import _registry_model_converter_cls as converters
 
     from .infra.parallelize import check_parallelism
-    from .optimizer import check_optimizer_name
+    from .optimizer import check_ema_compatible, check_optimizer_name
 
     check_parallelism(job_config.parallelism)
     check_optimizer_name(job_config.optimizer.name)
-    if job_config.optimizer.early_step_in_backward and job_config.ema.enable:
-        raise ConfigError(
-            "optimizer.early_step_in_backward=true never updates the EMA; allowed with it: [ema] enable = false"
-        )
+    check_ema_compatible(job_config.optimizer.early_step_in_backward, False, job_config.ema.enable)
     for name in job_config.model.converters:
         if name not in converters:
             raise ConfigError(

@@ -52,7 +52,7 @@ def seen(code: int, output: str, show: str | None = None) -> str:
     if not lines:
         return f"exit {code}; no error line" if show is None else f"exit {code}; no line with {show!r}"
     text = lines[0]
-    short = text if len(text) <= 150 else text[:147] + "..."
+    short = text if len(text) <= 400 else text[:397] + "..."
     more = f" (+{len(lines) - 1} more)" if len(lines) > 1 and not show else ""
     tail = "; then torchrun's failure summary" if agent else ""
     return f"exit {code}: `{short}`{more}{tail}"
@@ -128,19 +128,19 @@ def rows(tmp: Path) -> list[tuple[str, str, str, str]]:
         lambda: finite_steps(tmp / "nan" / "checkpoint"),
     )
     add(
+        "that stop's advice, run verbatim",
+        f"{TRAIN} --job.dump_folder {{tmp}}/nanadv --optimizer.lr 1e4 --checkpoint.interval 1 --debug.seed 7 "
+        "--training.steps 10 --validation.freq 100 2>&1 | grep '^error: ' | sed 's/^.*: python -m aogpt_plugin.train/"
+        "python -m aogpt_plugin.train/' > {tmp}/advice.sh; bash {tmp}/advice.sh",
+        lambda: "the run above stopped at step 3; this one gets past it",
+        display=f"(the command the stop above printed) {TRAIN} ... --optimizer.lr 1000 --job.dump_folder D_lr1000",
+    )
+    add(
         "gradient norm NaN under FSDP, 2 processes (lr 1e6)",
         "torchrun --nproc_per_node=2 -m aogpt_plugin.train --job.config_file train_configs/aogpt_debug.toml "
         "--job.dump_folder {tmp}/nan2 --optimizer.lr 1e6 --checkpoint.interval 1 --training.steps 10 "
         "--validation.freq 100",
         lambda: finite_steps(tmp / "nan2" / "checkpoint"),
-    )
-    add(
-        "that stop's advice, run verbatim",
-        f"{TRAIN} --job.dump_folder {{tmp}}/nanadv --optimizer.lr 1e4 --checkpoint.interval 1 --debug.seed 7 "
-        "--training.steps 10 --validation.freq 100 2>&1 | grep '^error: ' | sed 's/^.*: python -m aogpt_plugin.train/"
-        "python -m aogpt_plugin.train/' > {tmp}/advice.sh; bash {tmp}/advice.sh",
-        lambda: "it gets past the step that failed (the stop above names step 2; this one a later step)",
-        display=f"(the command the stop above printed) {TRAIN} ... --optimizer.lr 1000 --job.dump_folder D_lr1000",
     )
     wait_then = (
         "for i in $(seq 900); do grep -q 'step:  3 ' {tmp}/%s.log && break; sleep 0.2; done; kill -%s $P; "

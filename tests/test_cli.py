@@ -7,10 +7,11 @@ import subprocess
 import sys
 
 import pytest
+from conftest import ROOT
 
 from aogpt_plugin.cli import COMMANDS
 
-HELPS = [[name] for name in COMMANDS if name != "lm-eval"] + [
+HELPS = [[name] for name in COMMANDS if name not in ("lm-eval", "train")] + [  # their own parsers load torch
     ["eval", "ppl"],
     ["eval", "genppl"],
     ["eval", "data"],
@@ -165,3 +166,44 @@ def test_a_model_folder_whose_weights_changed_is_refused_by_aogpt_sample(model_d
 def test_every_command_that_loads_a_model_folder_takes_no_verify(argv):
     proc = aogpt([*argv, "--help"])
     assert proc.returncode == 0 and "--no-verify" in proc.stdout
+
+
+def test_aogpt_lists_train_and_every_option_of_every_command_says_what_it_does():
+    """Reported: no `train` in the command list; `aogpt sample --help` showed `--seed SEED` undescribed."""
+    import argparse
+
+    from aogpt_plugin.cli import COMMANDS, build_parser
+
+    assert "train" in COMMANDS
+
+    def parsers(p):
+        yield p
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    yield from parsers(sub)
+
+    undescribed = []
+    for command, (module, _) in COMMANDS.items():
+        if module is None:
+            continue
+        for p in parsers(build_parser(command)):
+            for action in p._actions:
+                if action.option_strings and not isinstance(action, argparse._HelpAction) and not action.help:
+                    undescribed.append(f"{p.prog} {action.option_strings[0]}")
+    assert undescribed == []
+
+
+def test_aogpt_train_is_the_launcher(tmp_path):
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "aogpt_plugin.cli", "train", "--job.config_file", "train_configs/aogpt_debug.toml"]
+        + ["--job.dump_folder", str(tmp_path / "run"), "--training.stepz", "3"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: unknown option --training.stepz")

@@ -3,8 +3,6 @@ write NaN/inf weights, bytes that are not a checkpoint, or an output folder that
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 from conftest import tiny_model

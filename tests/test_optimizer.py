@@ -106,3 +106,15 @@ def test_preflight_and_the_builder_share_one_optimizer_name_rule():
             check()
         assert str(info.value) == message
     check_optimizer_name("AdamW")
+
+
+def test_early_step_in_backward_and_fault_tolerance_need_the_ema_off_one_rule():
+    from aogpt_plugin.errors import ConfigError
+    from aogpt_plugin.optimizer import check_ema_compatible
+
+    with pytest.raises(ConfigError, match=r"optimizer.early_step_in_backward=true builds torchtitan's own optim"):
+        check_ema_compatible(True, False, True)
+    with pytest.raises(ConfigError, match="fault tolerance builds torchtitan's own optimizers"):
+        check_ema_compatible(False, True, True)
+    check_ema_compatible(True, True, False)  # no EMA: nothing to keep updated
+    check_ema_compatible(False, False, True)

@@ -189,9 +189,11 @@ def pair_cost(seq_len: int, members: int, batch_size: int) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--seq-len", type=int, default=1024)
-    p.add_argument("--members", type=int, nargs="+", default=[2, 4, 8, 16, 32, 64])
-    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--seq-len", type=int, default=1024, help="tokens per scored chunk (default 1024)")
+    p.add_argument(
+        "--members", type=int, nargs="+", default=[2, 4, 8, 16, 32, 64], help="ensemble sizes to report (orders)"
+    )
+    p.add_argument("--batch-size", type=int, default=8, help="chunks per forward pass (default 8)")
     args = p.parse_args(argv)
     print(f"per (chunk, order) pair, n = {args.seq_len}, --batch-size {args.batch_size}")
     print(

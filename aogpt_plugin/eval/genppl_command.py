@@ -33,9 +33,9 @@ def add_to(subparsers) -> None:
         "--speculative", default=None, metavar="K|auto", help="exact speculative sampling of the T=length distribution"
     )
     g.add_argument("--sample-order", choices=READ_ORDERS, default="random", help="generation order")
-    g.add_argument("--temperature", type=float, default=1.0)
-    g.add_argument("--top-p", type=float, default=1.0)
-    g.add_argument("--top-k", type=int, default=None)
+    g.add_argument("--temperature", type=float, default=1.0, help="softmax temperature of the sampler (default 1)")
+    g.add_argument("--top-p", type=float, default=1.0, help="nucleus mass kept per draw (default 1: off)")
+    g.add_argument("--top-k", type=int, default=None, help="most likely tokens kept per draw (default: all)")
     g.add_argument("--seed", type=int, default=0, help="sampler seed; batch b of --batch-size samples uses (seed, b)")
     g.add_argument("--save-samples", metavar="FILE", default=None, help="also write the samples (sampler --json form)")
     add_runtime_args(p)

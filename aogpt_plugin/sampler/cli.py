@@ -48,7 +48,9 @@ def add_to(subparsers) -> None:
         help="exact any-order speculative sampling with K drafts per round, or auto (adapts K): the T=N "
         "distribution in fewer forward passes (excludes --steps/--schedule/--counts)",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of the orders, counts and Gumbel noise: same seed, same samples"
+    )
     p.add_argument("--backend", choices=BACKENDS, default="auto", help="attention (auto: per device)")
     add_runtime_args(p)
     p.set_defaults(run=run)

@@ -96,7 +96,7 @@ def test_generate_until_stops_at_the_stop_sequence_and_is_greedy_by_default(mode
 
 
 def test_bad_model_args_are_one_line_errors(model_dir):
-    with pytest.raises(UserError, match="order='r2l' is not allowed; allowed: l2r, random"):
+    with pytest.raises(UserError, match="order='r2l' is not allowed; allowed: random, l2r"):
         AOGPTLM(pretrained=model_dir, order="r2l")
     with pytest.raises(UserError, match="orders=2 is not allowed"):
         AOGPTLM(pretrained=model_dir, order="l2r", orders=2)
