@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import hashlib
 import os
 import shutil
 
@@ -32,6 +31,7 @@ from .checkpoints import (
 from .data.tokenizer import load_tokenizer, same_tokenizer
 from .errors import ConfigError, UserError
 from .model import FLAVORS
+from .model_dir import file_sha256
 from .stop_request import StopRequested
 
 
@@ -44,14 +44,6 @@ def run_model_args(job_config):
     args = dataclasses.replace(FLAVORS[job_config.model.flavor])
     args.update_from_config(job_config)
     return args
-
-
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def run_record(job_config) -> tuple[dict, str | None]:
@@ -67,7 +59,7 @@ def run_record(job_config) -> tuple[dict, str | None]:
     }
     if tokenizer_file:
         record["tokenizer_source"] = os.path.abspath(tokenizer_file)
-        record["tokenizer_sha256"] = _sha256(tokenizer_file)
+        record["tokenizer_sha256"] = file_sha256(tokenizer_file)
     return record, tokenizer_file
 
 
