@@ -1,4 +1,4 @@
-"""The `aogpt` command: train, convert, tokenizer, sample, eval, bench, lm-eval.
+"""The `aogpt` command: train, convert, export, tokenizer, data, sample, eval, bench, lm-eval.
 
 Each sub-command lives next to the code it drives and adds itself with `add_to(subparsers)`; only
 the module of the command being run is imported, so `aogpt` and `aogpt --help` list the commands
@@ -19,7 +19,9 @@ from .errors import UserError
 COMMANDS = {  # name: (module whose add_to defines it, one-line help); train, lm-eval: their own parsers
     "train": (None, "train with torchtitan: `python -m aogpt_plugin.train ARGS` (torchrun -m ... for several)"),
     "convert": ("aogpt_plugin.convert", "torchtitan DCP checkpoint -> model folder (safetensors + config.json)"),
+    "export": ("aogpt_plugin.hf_export", "model folder or checkpoint -> Hugging Face folder (trust_remote_code)"),
     "tokenizer": ("aogpt_plugin.data.tokenizer_training", "train a byte-level BPE tokenizer.json on a corpus"),
+    "data": ("aogpt_plugin.data.prepare", "fetch a corpus once into jsonl shards + manifest, to train offline"),
     "sample": ("aogpt_plugin.sampler.cli", "generate text from a converted model (any order, KV cache)"),
     "eval": ("aogpt_plugin.eval", "zero-shot perplexity, generation perplexity, benchmark counts"),
     "bench": ("aogpt_plugin.bench", "measure training step time (AO vs AR) or sampler speed"),

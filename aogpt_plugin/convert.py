@@ -174,9 +174,20 @@ def convert(
     force: bool = False,
 ) -> ModelDirConfig:
     """Write OUT_DIR/model.safetensors and OUT_DIR/config.json; returns the config written."""
-    from .model_dir import ModelDirConfig, check_out_dir, save_model_dir
+    from .model_dir import check_out_dir, save_model_dir
 
     check_out_dir(out_dir, force)
+    state, config = read_checkpoint(checkpoint_dir, weights, step, tokenizer)
+    save_model_dir(out_dir, state, config)
+    return config
+
+
+def read_checkpoint(
+    checkpoint_dir: str, weights: str = "ema", step: int | None = None, tokenizer: str | None = None
+) -> tuple[dict[str, torch.Tensor], ModelDirConfig]:
+    """The weights and the model folder config of a checkpoint (what `convert` writes; `aogpt export` too)."""
+    from .model_dir import ModelDirConfig
+
     step_dir, step_found = resolve_step_dir(checkpoint_dir, step)
     state, extra = read_checkpoint_weights(step_dir, weights)
     args, spec, more = model_args_and_tokenizer(step_dir, {k: v.shape for k, v in state.items()}, tokenizer)
@@ -188,8 +199,7 @@ def convert(
         source=os.path.abspath(step_dir),
         extra=extra | more,
     )
-    save_model_dir(out_dir, state, config)
-    return config
+    return state, config
 
 
 # ---- `aogpt convert` -----------------------------------------------------------------------

@@ -216,7 +216,7 @@ class AOGPT:
     """Validation: seed of those fixed orders, so every validation scores the same (window, order) pairs."""
 
     nan_check: bool = True
-    """Stop before the optimizer step when a loss is NaN/inf, so no later checkpoint holds bad weights."""
+    """Stop on a NaN/inf loss or gradient (before the optimizer step) or weight (after it): no checkpoint holds bad weights."""
 
     def __post_init__(self) -> None:
         check_types(self, "aogpt")

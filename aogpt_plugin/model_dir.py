@@ -8,6 +8,9 @@ Replacing is allowed only for a model folder (nothing a user wrote there is dele
 process at a time writes a given folder (an fcntl lock `.NAME.aogpt-lock` beside it, released when
 the process ends, also by a crash).
 
+`aogpt export` (hf_export.py) writes the same folder plus the files transformers loads it with
+(EXPORT_FILES) and more config.json keys (kept in `extra`): it stays a model folder every reader reads.
+
 config.json:
     format, format_version   "aogpt-converted", 1
     model_args               AOGPTModelArgs as a dict (vocab_size = the tokenizer's real vocabulary)
@@ -39,7 +42,9 @@ FORMAT = "aogpt-converted"
 FORMAT_VERSION = 1
 TOKENIZER_FILE = "tokenizer.json"
 WEIGHTS_FILE = "model.safetensors"
-_FOLDER_FILES = ("config.json", WEIGHTS_FILE, TOKENIZER_FILE)  # all a model folder holds
+# the files `aogpt export` (hf_export.py) adds to make the folder a Hugging Face (trust_remote_code) folder
+EXPORT_FILES = ("configuration_aogpt.py", "modeling_aogpt.py", "tokenizer_config.json", "vocab.json", "merges.txt")
+_FOLDER_FILES = ("config.json", WEIGHTS_FILE, TOKENIZER_FILE, *EXPORT_FILES)  # all a model folder holds
 _KNOWN = (
     "format",
     "format_version",
@@ -350,11 +355,19 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def save_model_dir(out_dir: str, state: dict[str, torch.Tensor], config: ModelDirConfig) -> None:
+def save_model_dir(
+    out_dir: str, state: dict[str, torch.Tensor], config: ModelDirConfig, files: dict[str, bytes] | None = None
+) -> None:
     """Atomically (re)place OUT_DIR with model.safetensors + config.json (recording the weights' sha256),
-    under OUT_DIR's writer lock. An existing OUT_DIR is replaced only if it is a model folder; after
+    and `files` (named in EXPORT_FILES, so a later --force may replace them), under OUT_DIR's writer
+    lock. An existing OUT_DIR is replaced only if it is a model folder; after
     `check_out_dir(out_dir, force=False)` in this process, not at all."""
     from safetensors.torch import save_file
+
+    files = files or {}
+    stray = sorted(set(files) - set(EXPORT_FILES))
+    if stray:
+        raise ValueError(f"save_model_dir: {stray} are not model folder files (model_dir.EXPORT_FILES)")
 
     key = os.path.abspath(out_dir)
     force = _held_locks[key][2] if key in _held_locks else True
@@ -377,6 +390,9 @@ def save_model_dir(out_dir: str, state: dict[str, torch.Tensor], config: ModelDi
                 config = dataclasses.replace(config, tokenizer=TOKENIZER_FILE)
             with open(os.path.join(tmp, "config.json"), "w") as f:
                 json.dump(config.to_json(), f, indent=2)
+            for name, data in files.items():
+                with open(os.path.join(tmp, name), "wb") as f:
+                    f.write(data)
             for name in os.listdir(tmp):
                 os.chmod(os.path.join(tmp, name), 0o644)
             if os.path.exists(out_dir):

@@ -81,8 +81,23 @@ def command_line(argv: list[str], world_size: int, **options) -> str:
             continue
         kept.append(arg)
     tail = [x for k, v in options.items() for x in (f"--{k}", v if isinstance(v, str) else f"{v:g}")]
-    launcher = "python -m" if world_size == 1 else f"torchrun --nproc_per_node={world_size} -m"
-    return f"{launcher} aogpt_plugin.train {shlex.join(kept + tail)}"
+    return f"{launcher(world_size)} aogpt_plugin.train {shlex.join(kept + tail)}"
+
+
+def launcher(world_size: int, env: dict[str, str] | None = None) -> str:
+    """How this run was started, from torchrun's variables: one process, one node, or several nodes
+    (then the line is run on every node, with the rendezvous this run used; under SLURM: the same sbatch)."""
+    env = os.environ if env is None else env
+    if world_size == 1:
+        return "python -m"
+    local = int(env.get("LOCAL_WORLD_SIZE", world_size))
+    if local >= world_size:
+        return f"torchrun --nproc_per_node={world_size} -m"
+    host, port = env.get("MASTER_ADDR", "HOST"), env.get("MASTER_PORT", "29500")
+    return (
+        f"torchrun --nnodes={world_size // local} --nproc_per_node={local} --rdzv_backend c10d "
+        f"--rdzv_endpoint {host}:{port} -m"
+    )
 
 
 def resume_command(argv: list[str], step: int, lr: float, world_size: int) -> str:

@@ -8,20 +8,23 @@
 # Steps: install the carried wheels where a package is missing (never replacing torch), print the
 # device, `pytest -m gpu` (bf16 + FSDP2/NCCL + compile + AC training with exact resume and convert,
 # float8, the sampler and eval on CUDA), then the benchmarks: `aogpt bench train` (small and medium,
-# seq 1024, bf16, compile) and `aogpt bench sampler` (small, n 1024, batch 1/8/32), each --json.
+# seq 1024, bf16, compile) and `aogpt bench sampler` (small, n 256, batch 1/8/32), each --json, and the first 60 steps of aogpt_small.
 # Without CUDA the same steps run in CPU mode: the gpu tests skip and the benchmarks use tiny sizes.
 # The JSON lines become docs rows with `python scripts/update_benchmarks_doc.py OUTDIR/bench_sampler_*.json`.
+# GPU_CHECK_PARTS="tests first_steps bench" (the default: all) runs a subset, e.g. to fit one 10-minute call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+PARTS=" ${GPU_CHECK_PARTS:-tests first_steps bench} "
+want() { [[ "$PARTS" == *" $1 "* ]]; }
 OUT=${1:?usage: bash scripts/gpu_check.sh OUTDIR}
 mkdir -p "$OUT"
 LOG="$OUT/gpu_check.log"
 : > "$LOG"
 PY=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
-export TIKTOKEN_CACHE_DIR=${TIKTOKEN_CACHE_DIR:-$PWD/../shared/data/tiktoken_cache}
 export AOGPT_DATA_DIR=${AOGPT_DATA_DIR:-$PWD/../shared/data}
 [ -d "$AOGPT_DATA_DIR" ] || export AOGPT_DATA_DIR=$PWD/shared/data   # a device run carries shared/ inside the tree
-[ -d "$TIKTOKEN_CACHE_DIR" ] || export TIKTOKEN_CACHE_DIR=$AOGPT_DATA_DIR/tiktoken_cache
+# The data folder's tiktoken cache wins: the GPU image sets TIKTOKEN_CACHE_DIR to a cache without gpt2.
+[ -d "$AOGPT_DATA_DIR/tiktoken_cache" ] && export TIKTOKEN_CACHE_DIR=$AOGPT_DATA_DIR/tiktoken_cache
 say() { echo "[gpu_check $(date +%H:%M:%S)] $*" | tee -a "$LOG"; }
 STEPS=()
 step() {  # step NAME CMD...: run, log, record the exit status
@@ -44,14 +47,21 @@ import torch, platform
 print('torch', torch.__version__, 'python', platform.python_version())
 print('device', torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu')" | tee -a "$LOG"
 
-step pytest_gpu "$PY" -m pytest -m gpu tests/gpu -q -p no:cacheprovider --junitxml "$OUT/pytest_gpu.xml"
+want tests && step pytest_gpu "$PY" -m pytest -m gpu tests/gpu -q -p no:cacheprovider --junitxml "$OUT/pytest_gpu.xml"
 AOGPT=("$PY" -m aogpt_plugin.cli)
 if [ "$MODE" = gpu ]; then
-    for flavor in small medium; do
+    want bench && for flavor in small medium; do
         step "bench_train_$flavor" sh -c "$(printf '%q ' "${AOGPT[@]}") bench train --flavor $flavor --seq-len 1024 --batch 8 --dtype bfloat16 --compile --json > $OUT/bench_train_$flavor.json"
     done
-    for batch in 1 8 32; do
-        step "bench_sampler_b$batch" sh -c "$(printf '%q ' "${AOGPT[@]}") bench sampler --flavor small --n 1024 --batch $batch --repeats 3 --json > $OUT/bench_sampler_b$batch.json"
+    # The paper's small recipe for its first steps on one GPU (issue 27): local Wikipedia shard instead of the
+    # hub's OpenWebText (no network there), one 16 x 1024 micro-batch per step, validation and checkpoints off.
+    want first_steps && step first_steps_small "$PY" -m aogpt_plugin.train --job.config_file train_configs/aogpt_small.toml \
+        --job.dump_folder /tmp/aogpt_first_steps --training.dataset local \
+        --training.dataset_path "$AOGPT_DATA_DIR/train_corpus/enwiki2015_train_00.jsonl" \
+        --training.global_batch_size 16 --training.steps 60 --metrics.log_freq 5 --metrics.disable_color_printing \
+        --validation.no-enable --checkpoint.no-enable
+    want bench && for batch in 1 8 32; do
+        step "bench_sampler_b$batch" sh -c "$(printf '%q ' "${AOGPT[@]}") bench sampler --flavor small --n 256 --batch $batch --repeats 3 --json > $OUT/bench_sampler_b$batch.json"
     done
 else
     step bench_train_cpu sh -c "$(printf '%q ' "${AOGPT[@]}") bench train --flavor debugmodel --seq-len 32 --batch 2 --steps 2 --rounds 2 --warmup 1 --json > $OUT/bench_train_debugmodel.json"
@@ -66,8 +76,17 @@ summary = {"mode": mode, "torch": torch.__version__,
            "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu", "steps": steps}
 xml = os.path.join(out, "pytest_gpu.xml")
 if os.path.exists(xml):
-    suite = ET.parse(xml).getroot().find("testsuite") or ET.parse(xml).getroot()
+    root = ET.parse(xml).getroot()
+    suite = root.find("testsuite") if root.find("testsuite") is not None else root
     summary["pytest_gpu"] = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+import importlib.metadata as md, re
+summary["torchtitan"] = md.version("torchtitan")
+rows = []  # the first steps of the small recipe, read off the launcher's log lines
+for line in open(os.path.join(out, "gpu_check.log"), errors="replace"):
+    m = re.search(r"step:\s*(\d+)\s+loss:\s*([\d.]+).*?tps:\s*([\d,]+)", line)
+    if m:
+        rows.append({"step": int(m[1]), "loss": float(m[2]), "tps": int(m[3].replace(",", ""))})
+summary["first_steps_small"] = rows
 summary["benches"] = {}
 for path in sorted(glob.glob(os.path.join(out, "bench_*.json"))):
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -84,6 +85,26 @@ def launch_train(args: list[str], env=None, timeout=300, popen=False):
             cmd, cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
     return subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+HF_LOADER = ROOT / "tests" / "helpers" / "hf_load.py"
+
+
+def load_with_transformers(cases: dict, inputs: dict, work: Path, timeout: int = 300) -> dict:
+    """What transformers computes from exported folders, in a `python -I` process that cannot import
+    aogpt_plugin or torchtitan (tests/helpers/hf_load.py, one thread). `cases` {name: {"dir", "texts"}},
+    `inputs` {f"{name}/tokens", f"{name}/order"}; returns {f"{name}/l2r", f"{name}/order"} logits and,
+    for non-empty texts, AutoTokenizer's f"{name}/ids" and f"{name}/decoded". `work` is a scratch folder."""
+    work.mkdir(parents=True, exist_ok=True)
+    torch.save(inputs, work / "inputs.pt")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    env |= {"HF_MODULES_CACHE": str(work / "hf_modules"), "TRANSFORMERS_VERBOSITY": "error"}
+    cmd = [sys.executable, "-I", str(HF_LOADER), json.dumps(cases), "inputs.pt", "out.pt"]
+    proc = subprocess.run(
+        cmd, cwd=work, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return torch.load(work / "out.pt")
 
 
 def error_lines(proc) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import re
 
+import pytest
 from conftest import debug_train_args, launch_train
 
 NOISE = (
@@ -47,3 +48,22 @@ def test_a_short_cpu_run_prints_no_known_noise_no_mfu_and_a_measured_validation_
     assert min(e.value for e in acc.Scalars("validation_metrics/throughput(tps)")) > 0
     # the training tps after a validation still counts its tokens over training time only
     assert all(e.value > 0 for e in acc.Scalars("throughput(tps)"))
+
+
+@pytest.mark.parametrize(
+    "world,env,expected",
+    [
+        (1, {}, "python -m"),
+        (2, {"LOCAL_WORLD_SIZE": "2"}, "torchrun --nproc_per_node=2 -m"),
+        (
+            64,
+            {"LOCAL_WORLD_SIZE": "8", "MASTER_ADDR": "gpu01", "MASTER_PORT": "29500"},
+            "torchrun --nnodes=8 --nproc_per_node=8 --rdzv_backend c10d --rdzv_endpoint gpu01:29500 -m",
+        ),
+    ],
+)
+def test_the_printed_command_names_the_nodes_this_run_used(world, env, expected):
+    """A resume line on 8 nodes x 8 GPUs is per node (not --nproc_per_node=64 on one)."""
+    from aogpt_plugin.train import launcher
+
+    assert launcher(world, env) == expected

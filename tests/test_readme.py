@@ -27,7 +27,7 @@ def test_the_sections_hold_the_commands_a_newcomer_needs():
     assert any("python -m aogpt_plugin.train" in b for b in train)
     assert any("aogpt convert" in b and "aogpt eval genppl" in b for b in convert)
     dumps = re.findall(r"--job\.dump_folder (\S+)", "".join(train))
-    assert len(dumps) == len(set(dumps)) == 2  # each extra run has a folder of its own
+    assert len(dumps) == len(set(dumps)) == 3  # each extra run has a folder of its own
 
 
 @pytest.mark.slow

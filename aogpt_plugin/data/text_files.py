@@ -1,7 +1,8 @@
 """Finding and reading local text corpora: jsonl/json with a `text` field, or plain .txt files.
 
 Kept free of torchtitan so the evaluator can reuse it. In .txt files, documents are separated by
-blank lines (the OpenWebText-sample layout).
+blank lines (the OpenWebText-sample layout). A folder written by `aogpt data prepare` (it holds an
+aogpt-data.json) stands for the shards its manifest lists, checked to be all there (data/manifest.py).
 """
 
 from __future__ import annotations
@@ -12,14 +13,20 @@ import os
 from collections.abc import Iterator
 
 from ..errors import ConfigError
+from .manifest import MANIFEST, prepared_files
 
 TEXT_SUFFIXES = (".jsonl", ".json", ".txt")
 
 
 def list_text_files(path: str, key: str = "training.dataset_path") -> list[str]:
-    """The corpus files at `path` (a file, a folder searched recursively, or a glob pattern), sorted."""
+    """The corpus files at `path` (a file, a folder searched recursively, or a glob pattern), sorted; a
+    prepared folder (or its manifest) gives its manifest's shards. A manifest is never read as text."""
+    if path and _is_manifest(path) and os.path.isfile(path):
+        path = os.path.dirname(path) or "."
+    if path and os.path.isfile(os.path.join(path, MANIFEST)):
+        return _checked(prepared_files(path, key), path, key)
     if path and glob.has_magic(path):
-        files = sorted(f for f in glob.glob(path, recursive=True) if os.path.isfile(f))
+        files = sorted(f for f in glob.glob(path, recursive=True) if os.path.isfile(f) and not _is_manifest(f))
         if not files:
             raise ConfigError(f"{key}={path!r} matches no files; give a .jsonl/.json/.txt file, folder or pattern")
         return _checked(files, path, key)
@@ -29,9 +36,16 @@ def list_text_files(path: str, key: str = "training.dataset_path") -> list[str]:
         files = [path]
     else:
         files = sorted(
-            os.path.join(root, f) for root, _, names in os.walk(path) for f in names if f.endswith(TEXT_SUFFIXES)
+            os.path.join(root, f)
+            for root, _, names in os.walk(path)
+            for f in names
+            if f.endswith(TEXT_SUFFIXES) and f != MANIFEST
         )
     return _checked(files, path, key)
+
+
+def _is_manifest(path: str) -> bool:
+    return os.path.basename(path) == MANIFEST
 
 
 def _checked(files: list[str], path: str, key: str) -> list[str]:

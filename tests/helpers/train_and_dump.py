@@ -60,12 +60,13 @@ def main() -> None:
         tokens = torch.randint(0, 50257, (2, n), generator=g)
         order = torch.stack([torch.randperm(n, generator=g) for _ in range(2)])
         model.eval()
+        device = trainer.device  # the trained model's device (cuda:N on a GPU)
         with torch.no_grad():
-            logits_raw = model(tokens, order=order).float()
+            logits_raw = model(tokens.to(device), order=order.to(device)).float().cpu()
             logits_ema = None
             if hasattr(model, "ema"):
                 with model.ema.swapped():
-                    logits_ema = model(tokens, order=order).float()
+                    logits_ema = model(tokens.to(device), order=order.to(device)).float().cpu()
         if torch.distributed.get_rank() == 0:
             torch.save(
                 {
