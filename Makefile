@@ -2,20 +2,32 @@
 PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
+VENV03 ?= .venv03
+BIN03 := $(VENV03)/bin
 SHARED ?= $(abspath ../shared)
 export TIKTOKEN_CACHE_DIR ?= $(SHARED)/data/tiktoken_cache
 export AOGPT_DATA_DIR ?= $(SHARED)/data
 
-.PHONY: setup demo test test-slow lint bench-train bench-sampler findings clean
+.PHONY: setup setup-titan03 demo test test-titan03 test-slow lint bench-train bench-sampler findings clean
 
 $(VENV)/.installed: pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0  # the local CPU wheel; an unpinned torch pulls CUDA builds
-	PYTHONWARNINGS='ignore:Editable installation' $(BIN)/pip install -q -e '.[dev]'  # hides setuptools' information-only banner
+	PYTHONWARNINGS='ignore:Editable installation' $(BIN)/pip install -q -e '.[dev,titan022]'  # hides setuptools' information-only banner
 	touch $@
 
 setup: $(VENV)/.installed
+
+# A second venv with torchtitan 0.3.0 (what `pip install torchtitan` gives today) for the training tests.
+$(VENV03)/.installed: pyproject.toml
+	test -d $(VENV03) || $(PYTHON) -m venv $(VENV03)
+	$(BIN03)/pip install -q --upgrade pip
+	$(BIN03)/pip install -q torch==2.13.0
+	PYTHONWARNINGS='ignore:Editable installation' $(BIN03)/pip install -q -e '.[titan03]' pytest==9.2.0
+	touch $@
+
+setup-titan03: $(VENV03)/.installed
 
 demo: setup
 	PATH=$(abspath $(BIN)):$$PATH bash scripts/demo.sh
@@ -27,6 +39,11 @@ lint: setup
 
 test: lint
 	$(BIN)/pytest
+
+test-titan03: setup-titan03  # the training tests that apply under torchtitan 0.3.0 (its 2-process FSDP resume included)
+	$(BIN03)/pytest -m 'slow or not slow' tests/training/titan03
+	$(BIN03)/pytest tests/training/test_checkpoint_save.py tests/training/test_stop_request.py \
+	    tests/training/test_sections.py tests/training/test_ema.py tests/training/test_loss.py
 
 test-slow: setup
 	$(BIN)/pytest -m slow

@@ -188,7 +188,7 @@ def rows(tmp: Path) -> list[tuple[str, str, str, str]]:
             + (holder.pop("lock").close() or "")
         ),
         setup=lambda: holder.update(
-            lock=__import__("aogpt_plugin.train", fromlist=["x"]).hold_dump_folder(str(tmp / "busy"))
+            lock=__import__("aogpt_plugin.training.launcher", fromlist=["x"]).hold_dump_folder(str(tmp / "busy"))
         ),
     )
     add(

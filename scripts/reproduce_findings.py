@@ -139,7 +139,7 @@ RECIPE = """# Study variant "{name}" ({track} track): {what}.
 [job]
 dump_folder = "./outputs/study/{name}_s0"
 description = "findings study: {name}"
-custom_config_module = "aogpt_plugin.job_config"
+custom_config_module = "aogpt_plugin.training.job_config"
 
 [experimental]
 custom_import = "aogpt_plugin"

@@ -130,9 +130,6 @@ class AOGPT(nn.Module):
             elif isinstance(module, nn.RMSNorm):
                 module.reset_parameters()
         nn.init.trunc_normal_(self.none_embedding, std=std, a=-3 * std, b=3 * std)
-        ema = getattr(self, "ema", None)
-        if ema is not None:  # attached for training (ema.py): the average starts at these weights
-            ema.reset()
 
     # ---- pieces shared with the sampler ---------------------------------------------------
     def embed_tokens(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:

@@ -10,7 +10,7 @@ import sys
 
 import torch
 
-from aogpt_plugin.cpu_support import enable_torchtitan_on_cpu, has_accelerator
+from aogpt_plugin.training.titan022.cpu import enable_torchtitan_on_cpu, has_accelerator
 
 
 def main() -> None:
@@ -29,11 +29,12 @@ def main() -> None:
     import torchtitan.train as titan
     from torchtitan.tools.logging import init_logger
 
-    from aogpt_plugin.preflight import check_job_config, parse_job_config
+    from aogpt_plugin.training.preflight import check_job_config
+    from aogpt_plugin.training.titan022.config_parser import parse_job_config, registered_names
 
     init_logger()
     config = parse_job_config(argv)
-    check_job_config(config, int(os.environ.get("WORLD_SIZE", "1")))  # as the launcher does
+    check_job_config(config, int(os.environ.get("WORLD_SIZE", "1")), **registered_names())  # as the launcher does
     trainer = titan.Trainer(config)
     losses, val = {}, {}
     orig_log = trainer.metrics_processor.log

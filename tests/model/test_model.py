@@ -43,7 +43,7 @@ def test_identity_order_without_conditioning_is_a_causal_lm():
 
 
 def test_ao_loss_is_the_sum_of_per_slot_conditionals_and_causal():
-    from aogpt_plugin.loss import ao_cross_entropy
+    from aogpt_plugin.likelihood import ao_cross_entropy
 
     model = tiny_model("adaln")
     g = torch.Generator().manual_seed(2)

@@ -13,7 +13,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import config_reference as ref  # noqa: E402
 
-from aogpt_plugin.job_config import AOGPT, EMA  # noqa: E402
+from aogpt_plugin.training.sections import AOGPT, EMA  # noqa: E402
 
 DOC = ROOT / "docs" / "training.md"
 

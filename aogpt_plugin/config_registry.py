@@ -1,0 +1,62 @@
+"""`--module aogpt_plugin --config NAME` on torchtitan 0.3: its ConfigManager imports this module and
+calls NAME(). One function per recipe of train_configs/ (`study_<name>` for train_configs/study/),
+each loading its TOML through the 0.3 glue (training/titan03/recipe.py), so the TOML stays the
+single source of the values; relative data and tokenizer paths are resolved against the repository
+root, where the recipes name them from. The shared preflight then runs in the Trainer, before its
+process group. Nothing here imports torchtitan itself.
+"""
+
+from __future__ import annotations
+
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RECIPES = os.path.join(ROOT, "train_configs")
+
+
+def recipe(name: str):
+    """The AOGPTTrainer.Config of train_configs/<name>.toml (`study/ao_random` for a study recipe)."""
+    from .training.preflight import check_job_config
+    from .training.titan03.dataset_names import register_datasets, registered_names
+    from .training.titan03.model import model_registry
+    from .training.titan03.recipe import load_recipe
+    from .training.titan03.trainer import AOGPTTrainer
+
+    register_datasets()
+    AOGPTTrainer.preflight = lambda view, world_size: check_job_config(view, world_size, **registered_names())
+    return load_recipe(os.path.join(RECIPES, f"{name}.toml"), AOGPTTrainer.Config, model_registry, root=ROOT)
+
+
+def aogpt_debug():
+    return recipe("aogpt_debug")
+
+
+def aogpt_small():
+    return recipe("aogpt_small")
+
+
+def aogpt_medium():
+    return recipe("aogpt_medium")
+
+
+def ar_gpt_medium():
+    return recipe("ar_gpt_medium")
+
+
+def sigma_gpt_medium():
+    return recipe("sigma_gpt_medium")
+
+
+def _study(name: str):
+    def config():
+        return recipe(f"study/{name}")
+
+    config.__name__ = config.__qualname__ = f"study_{name}"
+    config.__doc__ = f"train_configs/study/{name}.toml"
+    return config
+
+
+_STUDY = os.path.join(RECIPES, "study")
+for _file in sorted(os.listdir(_STUDY)) if os.path.isdir(_STUDY) else ():
+    if _file.endswith(".toml"):
+        globals()[f"study_{_file[:-5]}"] = _study(_file[:-5])

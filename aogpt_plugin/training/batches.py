@@ -1,0 +1,102 @@
+"""Orders into the batch: the packed text stream, each window read in an order sigma.
+
+torchtitan yields ({"input": x[:-1]}, x[1:]) from windows of seq_len+1 tokens; AO training needs
+the n tokens themselves, so the wrapper keeps `input` (n tokens) and replaces the shifted label
+by x[sigma]. What reaches `model(input, order=order)` and the loss:
+
+    ({"input": x, "order": sigma}, x[sigma])
+
+The order stream index is part of the dataloader state, so a resumed run draws the same orders.
+With `[aogpt] shuffle_windows = K` the windows pass through a buffer of K first: each yield takes a
+seeded random slot of the buffer and refills it with the next window, so a batch is a random draw
+from K consecutive windows instead of a run of them; the buffer is in the state too (exact resume).
+The version's glue (titan022/dataloader.py) builds the base stream and the dataloader around these.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.distributed.checkpoint.stateful import Stateful
+from torch.utils.data import IterableDataset
+
+from ..data.synthetic import MarkovSource
+from ..orders import OrderSampler
+from ..seeding import stream_generator
+
+
+class OrderedTextDataset(IterableDataset, Stateful):
+    def __init__(self, base, sampler: OrderSampler, stream: int, shuffle_windows: int = 0, seed: int = 0):
+        self.base, self.sampler, self.stream = base, sampler, stream
+        self.shuffle_windows, self.seed = shuffle_windows, seed
+        self._index = 0  # sequences drawn so far on this stream
+        self._buffer: list = []  # windows waiting to be drawn (shuffle_windows > 0)
+
+    def _windows(self):
+        for input_dict, _shifted in self.base:
+            x = input_dict["input"]
+            if not self.shuffle_windows:
+                yield x
+            elif len(self._buffer) < self.shuffle_windows:
+                self._buffer.append(x)
+            else:
+                g = stream_generator("train_shuffle", self.seed, self.stream, self._index)
+                slot = int(torch.randint(self.shuffle_windows, (1,), generator=g))
+                x, self._buffer[slot] = self._buffer[slot], x
+                yield x
+
+    def __iter__(self):
+        for x in self._windows():
+            order = self.sampler.sample(self.stream, self._index)
+            self._index += 1
+            yield {"input": x, "order": order}, x[order]
+
+    def state_dict(self):
+        state = {"base": self.base.state_dict(), "order_index": self._index}
+        if self.shuffle_windows:
+            state["buffer"] = [t.clone() for t in self._buffer]
+        return state
+
+    def load_state_dict(self, state_dict):
+        self.base.load_state_dict(state_dict["base"])
+        self._index = state_dict["order_index"]
+        self._buffer = list(state_dict.get("buffer", []))
+
+
+class SyntheticWindows(IterableDataset, Stateful):
+    """`--training.dataset synthetic`: sequences drawn from a known-entropy source (data/synthetic.py)
+    instead of text, shaped like torchtitan's text windows. Sequence i of rank r is a pure function of
+    (source seed, r, i), so a resumed run draws what an uninterrupted one would."""
+
+    CHUNK = 256  # sequences drawn per generator call
+
+    def __init__(self, source: MarkovSource, seq_len: int, dp_rank: int):
+        self.source, self.seq_len, self.dp_rank = source, seq_len, dp_rank
+        self._index = 0
+
+    def __iter__(self):
+        while True:
+            chunk, offset = divmod(self._index, self.CHUNK)
+            g = stream_generator("synthetic_train", self.source.spec.seed, self.dp_rank, chunk)
+            rows = self.source.sample(self.CHUNK, self.seq_len, g)
+            for x in rows[offset:]:
+                self._index += 1
+                yield {"input": x}, x
+
+    def state_dict(self):
+        return {"index": self._index}
+
+    def load_state_dict(self, state_dict):
+        self._index = state_dict["index"]
+
+
+def order_sampler_from_config(job_config) -> OrderSampler:
+    ao = job_config.aogpt
+    return OrderSampler(ao.order, job_config.training.seq_len, ao.p_l2r, ao.order_seed)
+
+
+def ordered_windows(base, job_config, dp_rank: int, infinite: bool = True) -> OrderedTextDataset:
+    """`base`'s windows in the orders of `[aogpt]`, shuffled through `shuffle_windows` when infinite."""
+    ao = job_config.aogpt
+    return OrderedTextDataset(
+        base, order_sampler_from_config(job_config), dp_rank, ao.shuffle_windows if infinite else 0, ao.order_seed
+    )

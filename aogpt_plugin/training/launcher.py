@@ -1,0 +1,213 @@
+"""`python -m aogpt_plugin.train --job.config_file train_configs/aogpt_debug.toml` (also under torchrun).
+
+With an accelerator this is torchtitan.train after a config check. Without one it first makes
+torchtitan run on the CPU (titan022/cpu.py, titan03/cpu.py). The installed torchtitan's glue
+(titan022/launch.py or titan03/launch.py) reads the same recipes and options on both versions.
+Either way, before any process group starts, the job config is parsed and checked (preflight.py)
+and rank 0 takes an exclusive lock on the dump folder, so a second run cannot overwrite this one's
+checkpoints and TensorBoard logs. A bad value, or a
+folder in use, is one `error:` line (printed by rank 0) and exit status 2; a run stopped by the
+step guard (step_guard.py) is one `error:` line naming the step, what was non-finite, the newest
+checkpoint whose weights still gave a normal loss and the command that resumes it, exit status 3.
+SIGTERM or a first Ctrl-C finish the step, save it (checkpoint_save.py) and exit 128 + the signal
+number with one line naming the checkpoint and the resume command; a second Ctrl-C stops at once
+(exit 130). A full disk during a save is one line naming the newest complete checkpoint (exit 2).
+Run without torchrun, it is a world of one process. Ranks other than 0 log warnings only, unless
+AOGPT_LOG_ALL_RANKS=1.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shlex
+import signal
+import socket
+import sys
+
+from ..errors import UserError
+
+LOCK_FILE = ".aogpt-train.lock"
+
+
+def default_to_one_process() -> None:
+    """Outside torchrun, run as a world of one (torchtitan reads torchrun's environment)."""
+    if "LOCAL_RANK" in os.environ:
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"}
+    env |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    for key, value in env.items():
+        os.environ.setdefault(key, value)
+
+
+def hold_dump_folder(folder: str):
+    """An exclusive lock on the dump folder for this process's lifetime (released on exit or crash)."""
+    os.makedirs(folder, exist_ok=True)
+    f = open(os.path.join(folder, LOCK_FILE), "a+")  # noqa: SIM115 - held open for the whole run
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "another process"
+        f.close()
+        raise UserError(
+            f"--job.dump_folder {folder!r} is in use by another training run ({holder}); two runs in one "
+            "folder overwrite each other's checkpoints and logs: use another --job.dump_folder"
+        ) from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+    f.flush()
+    return f
+
+
+def command_line(argv: list[str], world_size: int, **options) -> str:
+    """This run's command line with `options` ({"checkpoint.load_step": 4}) set, replacing earlier
+    choices of the same keys."""
+    keys = {"__" + k for k in options}
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        key = arg.split("=", 1)[0].replace("-", "_")
+        if key in keys:
+            skip = "=" not in arg
+            continue
+        kept.append(arg)
+    tail = [x for k, v in options.items() for x in (f"--{k}", v if isinstance(v, str) else f"{v:g}")]
+    return f"{launcher(world_size)} aogpt_plugin.train {shlex.join(kept + tail)}"
+
+
+def launcher(world_size: int, env: dict[str, str] | None = None) -> str:
+    """How this run was started, from torchrun's variables: one process, one node, or several nodes
+    (then the line is run on every node, with the rendezvous this run used; under SLURM: the same sbatch)."""
+    env = os.environ if env is None else env
+    if world_size == 1:
+        return "python -m"
+    local = int(env.get("LOCAL_WORLD_SIZE", world_size))
+    if local >= world_size:
+        return f"torchrun --nproc_per_node={world_size} -m"
+    host, port = env.get("MASTER_ADDR", "HOST"), env.get("MASTER_PORT", "29500")
+    return (
+        f"torchrun --nnodes={world_size // local} --nproc_per_node={local} --rdzv_backend c10d "
+        f"--rdzv_endpoint {host}:{port} -m"
+    )
+
+
+def resume_command(argv: list[str], step: int, lr: float, world_size: int) -> str:
+    """This run's command line, resuming `step` with learning rate `lr` (older choices of both dropped)."""
+    return command_line(argv, world_size, **{"checkpoint.load_step": step, "optimizer.lr": lr})
+
+
+def _complete_steps(folder: str) -> list[int]:
+    from ..checkpoints import has_metadata, step_folders
+
+    return [s for s in step_folders(folder) if has_metadata(os.path.join(folder, f"step-{s}"))]
+
+
+def stopped_message(error, job_config, argv: list[str], world_size: int) -> str:
+    """The NaN/inf stop: name the newest checkpoint whose weights still gave a normal loss, and a
+    command that resumes it with a tenth of the learning rate."""
+    from ..checkpoints import healthy_checkpoint
+
+    folder = os.path.join(job_config.job.dump_folder, job_config.checkpoint.folder)
+    lr = job_config.optimizer.lr / 10
+    complete = _complete_steps(folder) if job_config.checkpoint.enable else []
+    good = healthy_checkpoint(folder, getattr(error, "losses", {}), error.step) if complete else None
+    if good is None:
+        fresh = job_config.job.dump_folder.rstrip("/") + f"_lr{lr:g}"
+        command = command_line(argv, world_size, **{"optimizer.lr": lr, "job.dump_folder": fresh})
+        why = (
+            f"no checkpoint on disk (complete steps: {', '.join(map(str, complete))}) was followed by a loss in the "
+            "run's normal range"
+            if complete
+            else "no checkpoint is on disk"
+        )
+        return f"{error}. {why}: start again with a lower learning rate in a fresh folder: {command}"
+    command = resume_command(argv, good, lr, world_size)
+    return (
+        f"{error}. The newest checkpoint whose weights still gave a normal training loss is {folder}/step-{good} "
+        f"(complete steps: {', '.join(map(str, complete))}); resume it with a lower learning rate: {command}"
+    )
+
+
+def stop_request_message(stop, argv: list[str], world_size: int) -> str:
+    command = command_line(argv, world_size, **{"checkpoint.load_step": stop.step})
+    return f"{stop}: {stop.step_dir} is a complete checkpoint; resume with: {command}"
+
+
+def interrupted_message(signum: int, job_config, argv: list[str], world_size: int) -> str:
+    from ..checkpoints import newest_complete_step
+    from .stop_request import SIGNAL_NAMES
+
+    how = f"stopped at once by {SIGNAL_NAMES.get(signum, signum)}"
+    folder = os.path.join(job_config.job.dump_folder, job_config.checkpoint.folder)
+    newest = newest_complete_step(folder) if job_config.checkpoint.enable else None
+    if newest is None:
+        return f"{how}; no checkpoint is on disk"
+    command = command_line(argv, world_size, **{"checkpoint.load_step": newest})
+    return f"{how}; the newest complete checkpoint is {folder}/step-{newest}; resume with: {command}"
+
+
+def forget_elastic_traceback() -> None:
+    """torchtitan's `Trainer.train` is wrapped in torchelastic's `@record`, which writes the exception's
+    traceback to $TORCHELASTIC_ERROR_FILE for torchrun to print, once per rank, in its failure summary.
+    A stop this launcher has already explained in one line needs no traceback there."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if path and os.path.isfile(path):
+        os.remove(path)
+
+
+def main() -> int:
+    argv = sys.argv[1:]
+    default_to_one_process()
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+
+    def fail(message: str, code: int) -> int:
+        if rank == 0:
+            print(f"error: {message}", file=sys.stderr, flush=True)
+        return code
+
+    from . import glue as installed_glue
+    from . import register
+
+    glue = installed_glue()  # titan022/launch.py or titan03/launch.py, for the installed torchtitan
+    glue.enable_cpu()  # on a machine without an accelerator, before torchtitan's trainer is imported
+    from .preflight import check_job_config
+    from .step_guard import NonFiniteStepError
+    from .stop_request import StopRequested, stop_at_once_until_training
+
+    register()  # through the package: 0.2.2's TrainSpec, nothing on 0.3
+    try:
+        config, job_config = glue.parse_job_config(argv)  # job_config: the recipe-shaped view the rules read
+        check_job_config(job_config, world_size, **glue.registered_names())
+        lock = hold_dump_folder(job_config.job.dump_folder) if rank == 0 else None  # noqa: F841 - held
+    except UserError as e:
+        return fail(str(e), 2)
+
+    run_trainer = glue.trainer_for(rank, config)
+    stop_at_once_until_training()  # the optimizers then take over: finish the step and save
+    try:
+        run_trainer()  # 0.2.2: parses sys.argv again, exactly as `-m torchtitan.train` would
+    except NonFiniteStepError as e:
+        forget_elastic_traceback()
+        return fail(stopped_message(e, job_config, argv, world_size), 3)
+    except StopRequested as e:
+        forget_elastic_traceback()
+        return fail(stop_request_message(e, argv, world_size), 128 + e.signum)
+    except KeyboardInterrupt as e:
+        forget_elastic_traceback()
+        signum = getattr(e, "signum", signal.SIGINT)
+        return fail(interrupted_message(signum, job_config, argv, world_size), 128 + signum)
+    except UserError as e:  # e.g. a checkpoint with NaN weights, refused while loading
+        forget_elastic_traceback()
+        return fail(str(e), 2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""Checks a job config the way the Trainer will use it, before any process group or data load.
+
+The rules are the same for every torchtitan version; what the version knows (its registered datasets
+and model converters) is handed in by its glue (titan022/config_parser.py: `registered_names()`). Every failure is a ConfigError with one line: the key, the bad value, and what is allowed. What is
+caught here would otherwise fail after the process group starts, on every rank, with a traceback:
+wrong TOML types, unsupported parallelism, impossible sizes and rates, unknown optimizers and
+converters, unreadable or empty data files, and a resume that cannot match its checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection
+
+from ..checkpoints import has_metadata, newest_complete_step, read_record, saved_world, step_folders
+from ..data.synthetic import MarkovSpec
+from ..data.text_files import check_text_files, list_text_files
+from ..data.tokenizer import load_tokenizer
+from ..errors import ConfigError
+from ..model import FLAVORS
+from ..model.args import check_positions
+from .checkpoint_record import check_resume_matches, check_resume_shapes, check_resume_version
+from .config_checks import CUSTOM_CONFIG_MODULE, check_types
+from .optimizers import check_ema_compatible, check_optimizer_name
+from .parallelize import check_parallelism
+from .versions import torchtitan_version
+
+SYNTHETIC = "synthetic"  # --training.dataset synthetic --training.dataset_path markov:... (data/synthetic.py)
+
+
+def _check_dataset(name: str, path: str | None, section: str, datasets: Collection[str]) -> None:
+    if name == SYNTHETIC:
+        MarkovSpec.parse(path or "", f"{section}.dataset_path")
+        return
+    if name not in datasets:
+        raise ConfigError(f"{section}.dataset={name!r} is not registered; allowed: {', '.join(datasets)}")
+    if name == "local":
+        key = f"{section}.dataset_path"
+        check_text_files(list_text_files(path or "", key=key), key)
+
+
+def _check_disjoint(job_config) -> None:
+    """Never train on the validation text (a folder path would silently include a held-out file)."""
+    train, val = job_config.training, job_config.validation
+    if train.dataset == SYNTHETIC and val.dataset == SYNTHETIC and train.dataset_path == val.dataset_path:
+        return  # one source, disjoint streams (batches.py and validation.py draw from their own seeds)
+    if train.dataset != "local" or val.dataset != "local":
+        return
+    trained = {os.path.realpath(f) for f in list_text_files(train.dataset_path, "training.dataset_path")}
+    shared = sorted(
+        f for f in list_text_files(val.dataset_path, "validation.dataset_path") if os.path.realpath(f) in trained
+    )
+    if shared:
+        raise ConfigError(
+            f"training.dataset_path={train.dataset_path!r} includes the validation file {shared[0]!r}; "
+            "allowed: disjoint files (use a glob such as 'corpus/*_train_*.jsonl')"
+        )
+
+
+def _at_least(key: str, value, low, allowed: str | None = None) -> None:
+    if value < low:
+        raise ConfigError(f"{key}={value} is not allowed; allowed: {allowed or f'>= {low}'}")
+
+
+def _check_sizes_and_rates(job_config, max_seq_len: int, flavor: str) -> None:
+    training, opt, sched = job_config.training, job_config.optimizer, job_config.lr_scheduler
+    sections = [("training", training)] + (
+        [("validation", job_config.validation)] if job_config.validation.enable else []
+    )
+    for name, section in sections:
+        check_positions(f"{name}.seq_len", section.seq_len, max_seq_len, f"model.flavor={flavor!r}")
+        _at_least(f"{name}.local_batch_size", section.local_batch_size, 1)
+    _at_least("training.steps", training.steps, 1)
+    if training.max_norm <= 0:
+        raise ConfigError(f"training.max_norm={training.max_norm} is not allowed; allowed: > 0 (gradient clipping)")
+    if job_config.validation.enable:
+        _at_least("validation.steps", job_config.validation.steps, 1, ">= 1 for aogpt (a fixed number of batches)")
+        _at_least("validation.freq", job_config.validation.freq, 1)
+    if not opt.lr > 0:
+        raise ConfigError(f"optimizer.lr={opt.lr} is not allowed; allowed: > 0")
+    _at_least("optimizer.weight_decay", opt.weight_decay, 0)
+    for key, beta in (("optimizer.beta1", opt.beta1), ("optimizer.beta2", opt.beta2)):
+        if not 0 <= beta < 1:
+            raise ConfigError(f"{key}={beta} is outside the allowed range [0, 1)")
+    _at_least("lr_scheduler.warmup_steps", sched.warmup_steps, 0)
+    if sched.decay_ratio is not None and not 0 <= sched.decay_ratio <= 1:
+        raise ConfigError(f"lr_scheduler.decay_ratio={sched.decay_ratio} is outside the allowed range [0, 1]")
+
+
+def _check_components(job_config, converters: Collection[str]) -> None:
+    check_parallelism(job_config.parallelism)
+    check_optimizer_name(job_config.optimizer.name)
+    check_ema_compatible(job_config.optimizer.early_step_in_backward, False, job_config.ema.enable)
+    for name in job_config.model.converters:
+        if name not in converters:
+            raise ConfigError(
+                f"model.converters: {name!r} is not a converter; allowed: {', '.join(sorted(converters))}"
+            )
+    if job_config.checkpoint.enable:
+        _at_least("checkpoint.interval", job_config.checkpoint.interval, 1)
+        keep = job_config.checkpoint.keep_latest_k
+        if keep < 0 or keep == 1:
+            raise ConfigError(f"checkpoint.keep_latest_k={keep} is not allowed; allowed: 0 (keep all) or >= 2")
+
+
+def _check_resume(job_config, world_size: int) -> None:
+    """The checkpoint a run will resume from must fit it: same data-parallel degree (the dataloader
+    state is saved per rank) and a full save (the final model-only save cannot be resumed)."""
+    ckpt = job_config.checkpoint
+    if not ckpt.enable:
+        return
+    folder = os.path.join(job_config.job.dump_folder, ckpt.folder)
+    step = ckpt.load_step if ckpt.load_step != -1 else newest_complete_step(folder)
+    if step is None or not os.path.isdir(folder):
+        if ckpt.load_step != -1:
+            raise ConfigError(f"checkpoint.load_step={ckpt.load_step}: {folder!r} holds no checkpoints")
+        return
+    step_dir = os.path.join(folder, f"step-{step}")
+    if not has_metadata(step_dir):
+        raise ConfigError(
+            f"checkpoint.load_step={step}: {step_dir!r} is not a complete checkpoint; "
+            f"complete steps: {[s for s in step_folders(folder) if has_metadata(os.path.join(folder, f'step-{s}'))]}"
+        )
+    saved = saved_world(step_dir)
+    fresh = "use a fresh --job.dump_folder to start a new run"
+    if (
+        saved["dp_degree"] is not None
+        and saved["dp_degree"] != world_size
+        and "dataloader" not in ckpt.exclude_from_loading
+    ):
+        raise ConfigError(
+            f"{step_dir!r} was saved by {saved['dp_degree']} data-parallel ranks and this run has {world_size}: "
+            f"it can only be resumed with {saved['dp_degree']} processes; {fresh}"
+        )
+    if step != 0 and not saved["has_optimizer"] and "optimizer" not in ckpt.exclude_from_loading:
+        raise ConfigError(
+            f"{step_dir!r} holds only the model (the final save of a finished run) and cannot be resumed; "
+            f"raise training.steps to continue from an earlier full checkpoint with --checkpoint.load_step, or {fresh}"
+        )
+    if "lr_scheduler" not in ckpt.exclude_from_loading:
+        check_resume_version(step_dir, torchtitan_version())
+    if "model" not in ckpt.exclude_from_loading:
+        if read_record(step_dir) is not None:
+            check_resume_matches(job_config, step_dir)
+        else:
+            check_resume_shapes(job_config, step_dir)
+
+
+def check_job_config(
+    job_config, world_size: int = 1, *, datasets: Collection[str], converters: Collection[str]
+) -> None:
+    """Every rule above; `datasets` and `converters`: the names the installed torchtitan registered."""
+    if job_config.model.name != "aogpt":
+        return
+    if not hasattr(job_config, "aogpt"):
+        raise ConfigError(
+            f"job.custom_config_module={job_config.job.custom_config_module!r} lacks the [aogpt] "
+            f"section; set it to {CUSTOM_CONFIG_MODULE!r}"
+        )
+    check_types(job_config, "")
+    flavor = job_config.model.flavor
+    if flavor not in FLAVORS:
+        raise ConfigError(f"model.flavor={flavor!r} is not an aogpt flavor; allowed: {', '.join(FLAVORS)}")
+    args = FLAVORS[flavor]
+    _check_sizes_and_rates(job_config, args.max_seq_len, flavor)
+    _check_components(job_config, converters)
+    _check_dataset(job_config.training.dataset, job_config.training.dataset_path, "training", datasets)
+    if job_config.validation.enable:
+        _check_dataset(job_config.validation.dataset, job_config.validation.dataset_path, "validation", datasets)
+        _check_disjoint(job_config)
+    tokenizer = load_tokenizer(job_config.aogpt.tokenizer)  # the model's vocabulary follows it
+    for section in ("training", "validation"):
+        sec = getattr(job_config, section)
+        if sec.dataset == SYNTHETIC and (section == "training" or job_config.validation.enable):
+            spec = MarkovSpec.parse(sec.dataset_path, f"{section}.dataset_path")
+            if tokenizer.get_vocab_size() != spec.vocab:
+                raise ConfigError(
+                    f"{section}.dataset_path={sec.dataset_path!r} draws {spec.vocab} symbols but aogpt.tokenizer="
+                    f"{job_config.aogpt.tokenizer!r} has {tokenizer.get_vocab_size()}; allowed: symbols:{spec.vocab}"
+                )
+    _check_resume(job_config, world_size)

@@ -1,0 +1,84 @@
+"""The TOML sections aogpt adds to torchtitan's job config: `[aogpt]` (any-order options) and `[ema]`.
+
+Plain dataclasses, no torchtitan: each version's glue composes them into its JobConfig
+(titan022/job_config.py). Each value is checked when the section is built, i.e. while torchtitan
+parses the TOML and the CLI, before any process group exists; a bad value raises ConfigError with
+one line naming key, value and what is allowed. Their docstrings are the config reference
+(`python scripts/config_reference.py --write` -> docs/training.md).
+"""
+
+from dataclasses import dataclass
+
+from ..data.tokenizer import check_tokenizer_spec
+from ..errors import ConfigError
+from ..model.args import check_conditioning
+from ..orders import canonical_order, check_p_l2r
+from .config_checks import check_types
+
+
+@dataclass
+class AOGPT:
+    conditioning: str = "adaln"
+    """How slot j learns its target position: adaln (AO-GPT), concat (sigma-GPT), none (AR GPT)."""
+
+    target_pe_dim: int = 128
+    """Width of the target-position table that feeds adaLN (the paper uses 128)."""
+
+    order: str = "mixture"
+    """Order distribution: mixture | random | l2r | fixed_random | blockwise:K (orders.py)."""
+
+    p_l2r: float = 0.1
+    """With order=mixture: probability that a sequence is read left to right (paper: 0.1)."""
+
+    order_seed: int = 0
+    """Seed of the order streams (mixed with the data-parallel rank and the sequence index)."""
+
+    shuffle_windows: int = 0
+    """Windows held in a shuffle buffer before they are batched (0: torchtitan's consecutive windows).
+    torchtitan packs documents into consecutive windows, so a small batch holds one or two articles;
+    a buffer of K windows makes each batch a random draw from K (the small-scale study needs it)."""
+
+    tokenizer: str = "gpt2"
+    """gpt2 (tiktoken, the paper's), a tokenizer.json path, or symbols:V (data/tokenizer.py); EOS ends every document."""
+
+    val_orders: int = 2
+    """Validation: fixed random orders per window for the any-order loss (left to right is always added)."""
+
+    val_order_seed: int = 1234
+    """Validation: seed of those fixed orders, so every validation scores the same (window, order) pairs."""
+
+    nan_check: bool = True
+    """Stop on a NaN/inf loss or gradient (before the optimizer step) or weight (after it): no checkpoint holds bad weights."""
+
+    def __post_init__(self) -> None:
+        check_types(self, "aogpt")
+        check_conditioning(self.conditioning)
+        self.order = canonical_order(self.order)  # aliases spelled canonically
+        check_p_l2r(self.p_l2r)
+        if self.target_pe_dim < 1:
+            raise ConfigError(f"aogpt.target_pe_dim={self.target_pe_dim} must be >= 1")
+        check_tokenizer_spec(self.tokenizer, must_exist=False)  # the file: preflight, once CLI overrides are in
+        if self.val_orders < 0:
+            raise ConfigError(f"aogpt.val_orders={self.val_orders} must be >= 0")
+        if self.shuffle_windows < 0:
+            raise ConfigError(f"aogpt.shuffle_windows={self.shuffle_windows} is not allowed; allowed: 0 (off) or >= 1")
+
+
+@dataclass
+class EMA:
+    enable: bool = True
+    """Keep an exponential moving average of the weights (saved in checkpoints as `ema.<param>`)."""
+
+    decay: float = 0.9999
+    """EMA decay (paper: 0.9999)."""
+
+    warmup: bool = True
+    """Use min(decay, (1+k)/(10+k)) at update k, as torch_ema and the authors do."""
+
+    validate: bool = True
+    """Also report validation losses of the EMA weights."""
+
+    def __post_init__(self) -> None:
+        check_types(self, "ema")
+        if not 0.0 <= self.decay < 1.0:
+            raise ConfigError(f"ema.decay={self.decay} is outside the allowed range [0, 1)")

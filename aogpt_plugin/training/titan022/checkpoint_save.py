@@ -1,0 +1,44 @@
+"""aogpt's checkpoint save under torchtitan 0.2.2: its CheckpointManager's `save` wrapped once
+(`install`, called at registration) so that, for an aogpt run, the shared `save_recorded`
+(../checkpoint_save.py) writes each step folder's record, turns a requested stop into a complete
+checkpoint and StopRequested, and a full disk into one DiskFullError line.
+"""
+
+from __future__ import annotations
+
+from ..checkpoint_record import run_record
+from ..checkpoint_save import save_recorded
+
+
+def _aogpt_run(manager):
+    """(trainer, guard) when `manager` saves an aogpt run, else None."""
+    trainer = manager.states.get("train_state")
+    job_config = getattr(trainer, "job_config", None)
+    if job_config is None or job_config.model.name != "aogpt" or not hasattr(job_config, "aogpt"):
+        return None
+    return trainer, getattr(manager.states.get("optimizer"), "guard", None)
+
+
+def install(checkpoint_manager_cls) -> None:
+    """Wrap `checkpoint_manager_cls.save` (idempotent)."""
+    original = checkpoint_manager_cls.save
+    if getattr(original, "aogpt", False):
+        return
+
+    def save(self, curr_step: int, last_step: bool = False) -> None:
+        run = _aogpt_run(self) if self.enable else None
+        if run is None:
+            return original(self, curr_step, last_step)
+        trainer, guard = run
+        save_recorded(
+            self,
+            curr_step,
+            last_step,
+            lambda: original(self, curr_step, last_step),
+            self._async_wait,
+            lambda: run_record(trainer.job_config),
+            guard,
+        )
+
+    save.aogpt = True
+    checkpoint_manager_cls.save = save

@@ -1,0 +1,115 @@
+"""What the shared launcher (../launcher.py) needs from torchtitan 0.3: the CPU shims, the parser of a
+recipe plus a 0.2.2-style command line, the view the shared preflight and messages read, and the
+training run itself (torchtitan.train.main's body, on the config already parsed and checked).
+
+`python -m aogpt_plugin.train --job.config_file R.toml --training.steps 8 --job.dump_folder D`
+means the same on 0.2.2 and 0.3: the recipe is loaded by recipe.py, the options are renamed to
+0.3's paths (recipe.translate_cli) and parsed by 0.3's own tyro parser, over the recipe's values.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import warnings
+from collections.abc import Callable
+
+from ...errors import ConfigError
+from ..config_checks import check_cli_args
+from ..titan022.config_parser import _box_message
+from ..titan022.trainer import quiet_known_noise
+from .cpu import enable_torchtitan_on_cpu, has_accelerator
+
+
+def enable_cpu() -> None:
+    """The CPU shims (on a machine without an accelerator), with the import noise quieted first."""
+    quiet_known_noise(has_accelerator())
+    if not has_accelerator():
+        enable_torchtitan_on_cpu()
+
+
+def registered_names() -> dict:
+    from .dataset_names import registered_names
+
+    return registered_names()
+
+
+def parse_job_config(argv: list[str]):
+    """(the AOGPTTrainer.Config, its 0.2.2-shaped view) of `argv`; every error one ConfigError line."""
+    import tyro
+    from torchtitan.config import ConfigManager
+    from torchtitan.config.manager import custom_registry
+    from torchtitan.tools.logging import init_logger
+
+    from .dataset_names import register_datasets
+    from .model import model_registry
+    from .recipe import load_recipe, translate_cli
+    from .trainer import AOGPTTrainer
+    from .view import job_view
+
+    init_logger()
+
+    special, args = translate_cli(argv)
+    path = special.get("job.config_file")
+    if not path:
+        raise ConfigError("--job.config_file is required; allowed: a recipe such as train_configs/aogpt_debug.toml")
+    register_datasets()
+    config = load_recipe(
+        path,
+        AOGPTTrainer.Config,
+        model_registry,
+        flavor=special.get("model.flavor"),
+        ac_mode=special.get("activation_checkpoint.mode"),
+    )
+    check_cli_args(type(config), args)  # every unknown option named, with the nearest one
+    err, manager = io.StringIO(), ConfigManager()  # its constructor registers torchtitan's tyro rules
+    try:
+        with contextlib.redirect_stderr(err), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            config = tyro.cli(type(config), args=args, default=config, registry=custom_registry)
+    except ConfigError:
+        raise
+    except (ValueError, AssertionError) as e:  # 0.3's own __post_init__ checks
+        raise ConfigError((str(e).strip().splitlines() or [type(e).__name__])[0]) from None
+    except SystemExit as e:
+        if not e.code:  # --help
+            print(err.getvalue(), end="")
+            raise
+        raise ConfigError(_box_message(err.getvalue())) from None
+    manager.config = config
+    manager._validate_config()
+    return config, job_view(config)
+
+
+def trainer_for(rank: int, config) -> Callable[[], None]:
+    """torchtitan.train.main's body on `config` (0.3's main parses sys.argv itself)."""
+    from torchtitan.observability import structured_logger as sl
+
+    from .trainer import AOGPTTrainer
+
+    quiet_known_noise(has_accelerator())
+    if rank != 0 and os.environ.get("AOGPT_LOG_ALL_RANKS") != "1":
+        logging.getLogger().setLevel(logging.WARNING)
+    AOGPTTrainer.preflight = None  # checked already, before any process group
+
+    def run() -> None:
+        import torch
+
+        sl.init_structured_logger(
+            source="training", output_dir=config.dump_folder, enable=config.debug.enable_structured_logging
+        )
+        trainer = None
+        try:
+            trainer = config.build()
+            trainer.train()
+        except BaseException:
+            if trainer is not None:
+                trainer.close()
+            raise
+        trainer.close()
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+    return run

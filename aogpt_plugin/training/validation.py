@@ -1,0 +1,146 @@
+"""In-training validation: left-to-right and any-order loss, raw and EMA weights, fixed data.
+
+torchtitan's stock validator scores whatever the next validation batches are, with whatever the
+training loss does; for an any-order model that is too noisy to compare checkpoints (torchtitan
+#1210). This one tokenizes a fixed set of windows once, draws `aogpt.val_orders` random orders per
+window from a fixed seed, and every validation scores exactly those (window, order) pairs plus the
+identity order. Numbers are NLL in nats/token over the real vocabulary (likelihood.py shares
+the scoring), logged to the console and TensorBoard as
+
+    validation_metrics/loss_l2r, validation_metrics/loss_ao            (raw weights)
+    validation_metrics/loss_l2r_ema, validation_metrics/loss_ao_ema    (EMA weights)
+    validation_metrics/context_gain[_ema]   NLL of the same targets when every slot reads another
+        window's tokens, minus the own NLL (left to right for an l2r-trained model, else the first
+        fixed random order): how much the model uses the content
+        of its context. An any-order model first sits on a plateau where it knows token frequencies
+        and positions only (gain 0); this is the curve that shows it leave.
+    validation_metrics/throughput(tps)   tokens scored per second per device by this validation
+        (every forward pass's targets, raw and EMA weights; torchtitan's own count was always 0)
+
+The scoring is here; the version's validator (titan022/validator.py) runs it and logs the metrics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+
+from ..data.synthetic import MarkovSource, MarkovSpec
+from ..errors import ConfigError
+from ..likelihood import nll_sum_and_count, other_context_nlls, token_nlls
+from ..seeding import stream_generator
+
+
+class FixedValidation:
+    """The (window, order) pairs every validation scores, and their scoring with raw and EMA weights."""
+
+    def __init__(self, job_config, dp_rank: int, text_windows: Callable[[], object]):
+        """`text_windows()`: the validation text packed into windows by torchtitan (not called for the
+        synthetic source)."""
+        val = job_config.validation
+        ao = job_config.aogpt
+        if val.steps < 1:
+            raise ConfigError(
+                f"validation.steps={val.steps} must be >= 1 for aogpt (a fixed number of batches is scored)"
+            )
+        self.windows = fixed_windows(job_config, dp_rank, text_windows)
+        self.batches = []
+        for b in range(0, len(self.windows), val.local_batch_size):
+            x = torch.stack(self.windows[b : b + val.local_batch_size])
+            orders = [
+                torch.stack(
+                    [
+                        torch.randperm(
+                            x.shape[1],
+                            generator=stream_generator("validation_order", ao.val_order_seed, dp_rank, b + i, k),
+                        )
+                        for i in range(x.shape[0])
+                    ]
+                )
+                for k in range(ao.val_orders)
+            ]
+            self.batches.append((x, orders))
+        self.use_ema = job_config.ema.enable and job_config.ema.validate
+        self.l2r_trained = ao.order == "l2r"  # its context gain is read left to right, the order it knows
+
+    def losses(self, model, device, context, amp, all_reduce: bool) -> tuple[dict[str, float], int]:
+        """The NLLs over all ranks (`all_reduce`), and how many target tokens this rank's forward passes
+        scored; every forward runs under `context()` and `amp`."""
+        scored = 0
+        # l2r sum, l2r n, ao sum, ao n; and for the context gain: own sum, wrong-context sum, n
+        totals = torch.zeros(7, dtype=torch.float64, device=device)
+        for x, orders in self.batches:
+            x = x.to(device)
+            with context(), amp:
+                s, n = nll_sum_and_count(model, x, None)
+                totals[0] += s
+                totals[1] += n
+                scored += n
+                for order in orders:
+                    s, n = nll_sum_and_count(model, x, order.to(device))
+                    totals[2] += s
+                    totals[3] += n
+                    scored += n
+                if x.shape[0] > 1:  # the same targets, every slot reading another window's tokens
+                    order = orders[0].to(device) if orders and not self.l2r_trained else None
+                    own = token_nlls(model, x, order)
+                    wrong = other_context_nlls(model, x, order)
+                    totals[4] += own.double().sum()
+                    totals[5] += wrong.double().sum()
+                    totals[6] += own.numel()
+                    scored += 2 * own.numel()  # two forward passes: own and other windows' context
+        if all_reduce:
+            dist.all_reduce(totals)
+        t = totals.tolist()
+        out = {"l2r": t[0] / t[1]}
+        if t[3] > 0:
+            out["ao"] = t[2] / t[3]
+        if t[6] > 0:
+            out["context_gain"] = (t[5] - t[4]) / t[6]
+        return out, scored
+
+    @torch.no_grad()
+    def metrics(self, model, device, context, amp, all_reduce: bool) -> tuple[dict[str, float], int]:
+        """`validation_metrics/...` of the raw weights and, with `[ema] validate`, of the EMA weights
+        (model in eval mode meanwhile), and the target tokens scored."""
+        model.eval()
+        losses, scored = self.losses(model, device, context, amp, all_reduce)
+        metrics = {_tag(k): v for k, v in losses.items()}
+        ema = getattr(model, "ema", None)
+        if self.use_ema and ema is not None:
+            with ema.swapped():
+                losses, ema_scored = self.losses(model, device, context, amp, all_reduce)
+                scored += ema_scored
+                for k, v in losses.items():
+                    metrics[_tag(k) + "_ema"] = v
+        model.train()
+        return metrics, scored
+
+
+def fixed_windows(job_config, dp_rank: int, text_windows: Callable[[], object]) -> list[torch.Tensor]:
+    """This rank's `validation.steps * local_batch_size` windows: from the synthetic source's own stream
+    (never the training one) or the first windows of the validation text."""
+    val = job_config.validation
+    wanted = val.steps * val.local_batch_size
+    if val.dataset == "synthetic":
+        source = MarkovSource(MarkovSpec.parse(val.dataset_path, "validation.dataset_path"))
+        g = stream_generator("synthetic_validation", source.spec.seed, dp_rank)
+        return list(source.sample(wanted, val.seq_len, g))
+    windows = []
+    for input_dict, _ in text_windows():
+        windows.append(input_dict["input"])
+        if len(windows) == wanted:
+            break
+    if len(windows) < wanted:
+        raise ConfigError(
+            f"validation.steps={val.steps} x validation.local_batch_size={val.local_batch_size} "
+            f"needs {wanted} windows of {val.seq_len} tokens per rank, but the validation data "
+            f"({val.dataset}, {val.dataset_path}) has only {len(windows)}"
+        )
+    return windows
+
+
+def _tag(key: str) -> str:
+    return f"validation_metrics/{key}" if key == "context_gain" else f"validation_metrics/loss_{key}"

@@ -1,0 +1,310 @@
+"""Every bad config value fails with one line naming key, value and what is allowed (in-process)."""
+
+from __future__ import annotations
+
+import glob
+
+import pytest
+
+from aogpt_plugin.errors import ConfigError
+from aogpt_plugin.training.titan022.cpu import enable_torchtitan_on_cpu
+
+enable_torchtitan_on_cpu()
+
+import aogpt_plugin  # noqa: E402
+from aogpt_plugin.training.preflight import check_job_config  # noqa: E402
+from aogpt_plugin.training.titan022.config_parser import parse_job_config, registered_names  # noqa: E402
+
+aogpt_plugin.register()
+DEBUG = ["--job.config_file", "train_configs/aogpt_debug.toml"]
+
+
+@pytest.fixture(scope="module")
+def study_tokenizer(tmp_path_factory):
+    """The text-track study recipes name the tokenizer the study trains first; a small one stands in."""
+    from conftest import HELDOUT
+
+    from aogpt_plugin.data.tokenizer_training import train_tokenizer
+
+    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
+    train_tokenizer(str(HELDOUT), 300, str(path), max_bytes=100_000)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "recipe", sorted(glob.glob("train_configs/*.toml")) + sorted(glob.glob("train_configs/study/*.toml"))
+)
+def test_every_recipe_parses_with_torchtitans_config_manager(recipe, study_tokenizer):
+    extra = ["--aogpt.tokenizer", study_tokenizer] if "outputs/study/tokenizer.json" in open(recipe).read() else []
+    config = parse_job_config(["--job.config_file", recipe, *extra])
+    assert config.model.name == "aogpt"
+    assert config.experimental.custom_import == "aogpt_plugin"
+    assert config.job.custom_config_module == "aogpt_plugin.training.job_config"
+    check_job_config(config, **registered_names())
+
+
+def test_gpu_recipes_resolve_aogpt_through_custom_import():
+    import torchtitan.protocols.train_spec as ts
+
+    config = parse_job_config(["--job.config_file", "train_configs/aogpt_medium.toml"])
+    spec = ts.get_train_spec(config.model.name)
+    assert spec.model_args["medium"].dim == 1024 and spec.model_args["medium"].n_layers == 24
+
+
+def test_debug_recipe_spells_out_every_aogpt_option():
+    import dataclasses
+    import tomllib
+
+    from aogpt_plugin.training.sections import AOGPT, EMA
+
+    with open("train_configs/aogpt_debug.toml", "rb") as f:
+        toml = tomllib.load(f)
+    assert set(toml["aogpt"]) == {f.name for f in dataclasses.fields(AOGPT)}
+    assert set(toml["ema"]) == {f.name for f in dataclasses.fields(EMA)}
+
+
+def test_cli_overrides_reach_the_aogpt_sections():
+    config = parse_job_config(DEBUG + ["--aogpt.order", "blockwise:4", "--aogpt.p_l2r", "0.25", "--ema.decay", "0.5"])
+    assert (config.aogpt.order, config.aogpt.p_l2r, config.ema.decay) == ("blockwise:4", 0.25, 0.5)
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (["--aogpt.p_l2r", "1.5"], "aogpt.p_l2r=1.5 is outside the allowed range [0, 1]"),
+        (["--aogpt.p_l2r", "-0.1"], "aogpt.p_l2r=-0.1 is outside the allowed range [0, 1]"),
+        (
+            ["--aogpt.order", "zigzag"],
+            "aogpt.order='zigzag' is not supported; allowed: mixture, random, l2r, fixed_random, blockwise:K",
+        ),
+        (["--aogpt.order", "blockwise:0"], "aogpt.order='blockwise:0': blockwise needs a positive block size"),
+        (
+            ["--model.flavor", "huge"],
+            "model.flavor='huge' is not an aogpt flavor; allowed: debugmodel, tiny, mini, small, medium",
+        ),
+        (["--aogpt.conditioning", "film"], "aogpt.conditioning='film' is not supported; allowed: adaln, concat, none"),
+        (
+            ["--training.seq_len", "4096"],
+            "training.seq_len=4096 is outside the positions of model.flavor='debugmodel'; allowed: 1..256",
+        ),
+        (["--training.seq_len", "0"], "training.seq_len=0 is outside the positions of model.flavor='debugmodel'"),
+        (["--validation.seq_len", "300"], "validation.seq_len=300 is outside the positions"),
+        (["--training.dataset_path", "/no/such/dir"], "training.dataset_path='/no/such/dir' does not exist"),
+        (["--training.dataset", "c4_nope"], "training.dataset='c4_nope' is not registered; allowed:"),
+        (["--validation.steps", "-1"], "validation.steps=-1 is not allowed; allowed: >= 1"),
+        (["--training.local_batch_size", "0"], "training.local_batch_size=0 is not allowed; allowed: >= 1"),
+        (["--training.steps", "0"], "training.steps=0 is not allowed; allowed: >= 1"),
+        (["--optimizer.lr", "-1"], "optimizer.lr=-1.0 is not allowed; allowed: > 0"),
+        (["--optimizer.name", "SGD"], "optimizer.name='SGD' is not supported; allowed: Adam, AdamW"),
+        (["--optimizer.beta2", "1.5"], "optimizer.beta2=1.5 is outside the allowed range [0, 1)"),
+        (["--model.converters", "float8"], "model.converters: 'float8' is not a converter; allowed: "),
+        (["--checkpoint.interval", "0"], "checkpoint.interval=0 is not allowed; allowed: >= 1"),
+        (
+            ["--checkpoint.keep_latest_k", "1"],
+            "checkpoint.keep_latest_k=1 is not allowed; allowed: 0 (keep all) or >= 2",
+        ),
+        (["--parallelism.tensor_parallel_degree", "2"], "parallelism.tensor_parallel_degree=2 is not supported"),
+        (["--parallelism.context_parallel_degree", "2"], "parallelism.context_parallel_degree=2 is not supported"),
+        (["--parallelism.pipeline_parallel_degree", "2"], "parallelism.pipeline_parallel_degree=2 is not supported"),
+        (["--aogpt.p_l2r", "abc"], "--aogpt.p_l2r='abc' has the wrong type; allowed: a number"),
+        (["--training.steps", "ten"], "--training.steps='ten' has the wrong type; allowed: an integer"),
+        (["--ema.decay", "1.0"], "ema.decay=1.0 is outside the allowed range [0, 1)"),
+        (
+            ["--aogpt.tokenizer", "cl100k"],
+            "aogpt.tokenizer='cl100k' is not a tokenizer; allowed: gpt2, a tokenizer.json path, symbols:V",
+        ),
+        (["--aogpt.tokenizer", "/no/tok.json"], "aogpt.tokenizer='/no/tok.json': no such tokenizer.json"),
+        (["--aogpt.target_pe_dim", "0"], "aogpt.target_pe_dim=0 must be >= 1"),
+        (["--training.dataset_path", "/no/such/*.jsonl"], "training.dataset_path='/no/such/*.jsonl' matches no files"),
+        (["--training.dataset_path", "../shared/data/train_corpus"], "includes the validation file"),
+    ],
+)
+def test_bad_values_raise_one_line_config_errors(override, message):  # parsing errors are one line too
+    with pytest.raises(ConfigError) as info:
+        check_job_config(parse_job_config(DEBUG + override), **registered_names())
+    text = str(info.value)
+    assert message in text and "\n" not in text
+
+
+def test_unknown_toml_key_is_one_line(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(open("train_configs/aogpt_debug.toml").read().replace("[aogpt]\n", "[aogpt]\nnot_a_key = 1\n"))
+    with pytest.raises(ConfigError) as info:
+        parse_job_config(["--job.config_file", str(bad)])
+    assert "not_a_key" in str(info.value) and "\n" not in str(info.value)
+
+
+def _only_error(argv: list[str]) -> str:
+    with pytest.raises(ConfigError) as info:
+        parse_job_config(argv)
+    assert "\n" not in str(info.value)
+    return str(info.value)
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (["--training.stepz", "3"], "unknown option --training.stepz; did you mean --training.steps?"),
+        (["--trainng.steps", "3"], "unknown option --trainng.steps; did you mean --training.steps?"),
+        (["--zzz", "3"], "unknown option --zzz; see --help"),
+        (
+            ["--training.stepz", "3", "--aogpt.orderr", "l2r", "--compile.enabel"],
+            "unknown options --training.stepz (did you mean --training.steps?), --aogpt.orderr (did you mean "
+            "--aogpt.order?), --compile.enabel (did you mean --compile.enable?); see --help",
+        ),
+    ],
+)
+def test_unknown_cli_options_are_all_named_with_the_nearest_valid_one(override, message):
+    """tyro's one-line summary was 'Unrecognized options', naming none of them."""
+    assert _only_error(DEBUG + override) == message
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (["--training.steps", "abc"], "--training.steps='abc' has the wrong type; allowed: an integer"),
+        (["--training.steps=abc"], "--training.steps='abc' has the wrong type; allowed: an integer"),
+        (["--optimizer.lr", "fast"], "--optimizer.lr='fast' has the wrong type; allowed: a number"),
+        (["--checkpoint.load_step", "last"], "--checkpoint.load_step='last' has the wrong type; allowed: an integer"),
+        (["--training.dtype", "fp8"], "--training.dtype='fp8' is not allowed; allowed: one of 'bfloat16', 'float32'"),
+        (["--training.steps"], "--training.steps needs a value; allowed: an integer"),
+        (
+            ["--compile.enable", "False"],
+            "--compile.enable is a flag and takes no value (got 'False'); "
+            "allowed: --compile.enable or --compile.no_enable",
+        ),
+    ],
+)
+def test_bad_cli_values_name_option_value_and_type(override, message):
+    """tyro's message was cut at its box's line width, before the value."""
+    assert _only_error(DEBUG + override) == message
+
+
+def test_what_only_tyro_catches_keeps_its_whole_first_part():
+    """The summary line was the box title alone ('Unrecognized options'), not what was unrecognized."""
+    assert _only_error(DEBUG + ["--training.steps", "3", "stray"]) == "Unrecognized options: stray"
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        ["--training.seq-len", "64", "--training.steps=3"],
+        ["--compile.no-enable", "--compile.no_enable", "--checkpoint.load_step", "-1"],
+        ["--lr_scheduler.decay_ratio", "None", "--model.converters", "quantize.linear.float8"],
+        ["--quantize.linear.float8.emulate", "--validation.no_enable"],
+    ],
+)
+def test_valid_cli_spellings_still_parse(override):
+    parse_job_config(DEBUG + override)
+
+
+def _toml_with(tmp_path, *edits: tuple[str, str]) -> str:
+    text = open("train_configs/aogpt_debug.toml").read()
+    for old, new in edits:
+        assert old in text
+        text = text.replace(old, new, 1)
+    path = tmp_path / "typo.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_every_unknown_toml_key_is_named_with_its_section_and_the_nearest_key(tmp_path):
+    """torchtitan named a Python class, suggested nothing and stopped at the first of the typos."""
+    path = _toml_with(tmp_path, ("[training]\n", "[training]\nstepz = 3\n"), ("[aogpt]\n", '[aogpt]\norderr = "l2r"\n'))
+    assert _only_error(["--job.config_file", path]) == (
+        f"unknown keys in {path}: [aogpt] orderr (did you mean order?), [training] stepz (did you mean steps?)"
+    )
+
+
+def test_unknown_toml_sections_and_stray_keys_are_named(tmp_path):
+    path = _toml_with(tmp_path, ("[validation]", "[validaton]"), ("[job]", "stray = 1\n[job]"))
+    message = _only_error(["--job.config_file", path])
+    assert message.startswith(f"unknown keys in {path}: ")
+    assert "stray (a key outside any section)" in message
+    assert "[validaton] (unknown section; did you mean [validation]?)" in message
+
+
+def test_nested_toml_sections_are_checked(tmp_path):
+    path = _toml_with(tmp_path, ("[training]", "[quantize.linear.float8]\nemulat = true\n\n[training]"))
+    assert _only_error(["--job.config_file", path]) == (
+        f"unknown key in {path}: [quantize.linear.float8] emulat (did you mean emulate?)"
+    )
+
+
+def test_aogpt_sections_without_the_custom_config_module_say_which_module(tmp_path):
+    path = _toml_with(tmp_path, ('custom_config_module = "aogpt_plugin.training.job_config"', ""))
+    message = _only_error(["--job.config_file", path])
+    assert "[aogpt] (unknown section; set [job] custom_config_module = 'aogpt_plugin.training.job_config')" in message
+    assert "[ema] (unknown section; set [job] custom_config_module = 'aogpt_plugin.training.job_config')" in message
+
+
+def test_recipes_naming_the_old_custom_config_module_still_parse(tmp_path):
+    """`aogpt_plugin.job_config` is what recipes named before the training side moved to training/."""
+    old = 'custom_config_module = "aogpt_plugin.job_config"'
+    path = _toml_with(tmp_path, ('custom_config_module = "aogpt_plugin.training.job_config"', old))
+    config = parse_job_config(["--job.config_file", path])
+    check_job_config(config, **registered_names())
+    assert config.job.custom_config_module == "aogpt_plugin.job_config" and config.aogpt.order == "mixture"
+
+
+def test_the_sections_named_in_config_messages_are_the_job_configs_fields():
+    import dataclasses
+
+    from aogpt_plugin.training.config_checks import AOGPT_SECTIONS
+    from aogpt_plugin.training.job_config import JobConfig
+
+    assert AOGPT_SECTIONS == tuple(f.name for f in dataclasses.fields(JobConfig))
+
+
+def test_an_unimportable_custom_config_module_is_one_line():
+    """It was an ImportError traceback."""
+    assert _only_error(DEBUG + ["--job.custom_config_module", "no_such.module"]) == (
+        "job.custom_config_module: No module named 'no_such'; allowed: 'aogpt_plugin.training.job_config'"
+    )
+
+
+def test_glob_dataset_path_selects_only_the_training_shards():
+    from aogpt_plugin.data.text_files import list_text_files
+
+    files = list_text_files("../shared/data/train_corpus/enwiki2015_train_*.jsonl")
+    assert len(files) == 5 and not any("heldout" in f for f in files)
+
+
+@pytest.mark.parametrize(
+    ("line", "replacement", "message"),
+    [
+        ("p_l2r = 0.1 ", 'p_l2r = "abc" ', "aogpt.p_l2r='abc' has the wrong type; allowed: a number"),
+        ("steps = 60", 'steps = "abc"', "training.steps='abc' has the wrong type; allowed: an integer"),
+        ("enable = true", 'enable = "yes"', "has the wrong type; allowed: true/false"),
+    ],
+)
+def test_toml_values_of_the_wrong_type_are_one_line(tmp_path, line, replacement, message):
+    """The CLI library checks CLI values; TOML values reached the trainer and failed with a traceback."""
+    text = open("train_configs/aogpt_debug.toml").read()
+    assert line in text
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text.replace(line, replacement, 1))
+    with pytest.raises(ConfigError) as info:
+        check_job_config(parse_job_config(["--job.config_file", str(bad)]), **registered_names())
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("empty.jsonl", b"", "is empty"),
+        ("notext.jsonl", b'{"title": "x", "body": "y"}\n', "notext.jsonl:1 is not a JSON object with a 'text' field"),
+        ("garbage.jsonl", b"this is not json\n", "garbage.jsonl:1 is not a JSON object with a 'text' field"),
+        ("number.jsonl", b'{"text": 5}\n', "number.jsonl:1 has a 'text' that is not a string (int)"),
+        ("binary.txt", bytes(range(256)) * 4, "binary.txt' is not UTF-8 text"),
+        ("blank.jsonl", b'{"text": " "}\n', "holds no text in its first"),
+    ],
+)
+@pytest.mark.parametrize("section", ["training", "validation"])
+def test_bad_data_files_are_one_line_before_any_process_group(tmp_path, name, content, message, section):
+    (tmp_path / name).write_bytes(content)
+    config = parse_job_config(DEBUG + [f"--{section}.dataset_path", str(tmp_path / name)])
+    with pytest.raises(ConfigError) as info:
+        check_job_config(config, **registered_names())
+    assert message in str(info.value) and f"{section}.dataset_path" in str(info.value)
+    assert "\n" not in str(info.value)

@@ -1,0 +1,85 @@
+"""`--module aogpt_plugin --config NAME` under torchtitan 0.3: the recipe's TOML is the config."""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+
+import pytest
+from conftest import ROOT
+
+from .conftest import needs_titan03
+
+pytestmark = needs_titan03
+
+
+def _parse(args: list[str]):
+    from torchtitan.config import ConfigManager
+
+    return ConfigManager().parse_args(args)
+
+
+@pytest.mark.parametrize("name", ["aogpt_medium", "aogpt_debug"])
+def test_config_function_equals_its_toml(titan03_on_cpu, name):
+    from aogpt_plugin.model import FLAVORS
+    from aogpt_plugin.training.sections import AOGPT, EMA
+
+    toml = tomllib.loads((ROOT / "train_configs" / f"{name}.toml").read_text())
+    config = _parse(["--module", "aogpt_plugin", "--config", name])
+    assert config.model_spec.name == "aogpt" and config.model_spec.flavor == toml["model"]["flavor"]
+    args = FLAVORS[toml["model"]["flavor"]]
+    model = config.model_spec.model
+    assert {f.name: getattr(model, f.name) for f in dataclasses.fields(args)} == dataclasses.asdict(args)
+    assert config.aogpt == AOGPT(**toml["aogpt"]) and config.ema == EMA(**toml["ema"])
+    for key, value in toml["optimizer"].items():
+        assert getattr(config.optimizer, key) == value, key
+    for key, value in toml["lr_scheduler"].items():
+        assert getattr(config.lr_scheduler, key) == value, key
+    for key, value in toml["training"].items():
+        section, key = ("dataloader", key) if key.startswith("dataset") else ("training", key)
+        got = getattr(getattr(config, section), key)
+        assert got == value or (key == "dataset_path" and got.endswith(value.lstrip("./"))), key
+    for key, value in toml["checkpoint"].items():
+        assert getattr(config.checkpoint, key) == value, key
+    val = toml["validation"]
+    assert (config.validator.enable, config.validator.freq, config.validator.steps) == (
+        val["enable"],
+        val["freq"],
+        val["steps"],
+    )
+    assert (config.validator.val_seq_len, config.validator.val_local_batch_size) == (
+        val["seq_len"],
+        val["local_batch_size"],
+    )
+    assert config.dataloader.order == toml["aogpt"]["order"]  # [aogpt] reaches the components
+    assert config.training.disable_cuda_graphs
+
+
+def test_cli_overrides_keep_their_meaning(titan03_on_cpu):
+    args = ["--module", "aogpt_plugin", "--config", "aogpt_debug", "--optimizer.lr", "1e-4", "--training.steps", "3"]
+    args += ["--aogpt.order", "l2r", "--ema.decay", "0.5", "--checkpoint.interval", "2"]
+    config = _parse(args)
+    assert (config.optimizer.lr, config.training.steps, config.checkpoint.interval) == (1e-4, 3, 2)
+    assert config.aogpt.order == "l2r" and config.dataloader.order == "l2r" and config.ema.decay == 0.5
+
+
+def test_every_recipe_loads_and_unknown_keys_are_named(tmp_path, titan03_on_cpu):
+    from aogpt_plugin.errors import ConfigError
+    from aogpt_plugin.training.titan03.model import model_registry
+    from aogpt_plugin.training.titan03.recipe import load_recipe as load
+    from aogpt_plugin.training.titan03.trainer import AOGPTTrainer
+
+    def load_recipe(path, **kw):
+        return load(path, AOGPTTrainer.Config, model_registry, **kw)
+
+    for path in sorted((ROOT / "train_configs").rglob("*.toml")):
+        load_recipe(str(path), root=str(ROOT))
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        (ROOT / "train_configs" / "aogpt_debug.toml").read_text().replace("[training]", "[training]\nsteps_x = 3")
+    )
+    with pytest.raises(ConfigError, match=r"unknown key in .*bad.toml .*: \[training\] steps_x$"):
+        load_recipe(str(bad))
+    bad.write_text("[aogpt]\norderr = 'l2r'\n")
+    with pytest.raises(ConfigError, match=r"unknown key: \[aogpt\] orderr"):
+        load_recipe(str(bad))
