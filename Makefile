@@ -43,7 +43,7 @@ test: lint
 test-titan03: setup-titan03  # the training tests that apply under torchtitan 0.3.0 (its 2-process FSDP resume included)
 	$(BIN03)/pytest -m 'slow or not slow' tests/training/titan03
 	$(BIN03)/pytest tests/training/test_checkpoint_save.py tests/training/test_stop_request.py \
-	    tests/training/test_sections.py tests/training/test_ema.py tests/training/test_loss.py
+	    tests/training/test_sections.py tests/training/test_ema.py tests/training/test_loss.py tests/training/test_versions.py
 
 test-slow: setup
 	$(BIN)/pytest -m slow

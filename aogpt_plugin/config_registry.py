@@ -21,7 +21,9 @@ def recipe(name: str):
     from .training.titan03.model import model_registry
     from .training.titan03.recipe import load_recipe
     from .training.titan03.trainer import AOGPTTrainer
+    from .training.versions import check_torch_for_titan03
 
+    check_torch_for_titan03()
     register_datasets()
     AOGPTTrainer.preflight = lambda view, world_size: check_job_config(view, world_size, **registered_names())
     return load_recipe(os.path.join(RECIPES, f"{name}.toml"), AOGPTTrainer.Config, model_registry, root=ROOT)

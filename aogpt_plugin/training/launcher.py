@@ -174,7 +174,12 @@ def main() -> int:
 
     from . import glue as installed_glue
     from . import register
+    from .versions import check_torch_for_titan03
 
+    try:
+        check_torch_for_titan03()
+    except UserError as e:
+        return fail(str(e), 2)
     glue = installed_glue()  # titan022/launch.py or titan03/launch.py, for the installed torchtitan
     glue.enable_cpu()  # on a machine without an accelerator, before torchtitan's trainer is imported
     from .preflight import check_job_config

@@ -3,6 +3,8 @@ checkpoint record keeps, so that a checkpoint 0.2.2 cannot resume is refused bef
 
 from importlib.metadata import PackageNotFoundError, version
 
+from ..errors import ConfigError
+
 
 def torchtitan_version() -> str:
     """The installed torchtitan's version ("" when none is)."""
@@ -14,3 +16,18 @@ def torchtitan_version() -> str:
 
 def is_titan03() -> bool:
     return torchtitan_version().startswith("0.3")
+
+
+def check_torch_for_titan03() -> None:
+    """torchtitan 0.3.0 imports `torch.distributed.fsdp.DataParallelMeshDims`, which torch 2.11 lacks
+    (seen on the GPU image); say so in one line instead of an ImportError on every rank."""
+    import torch.distributed.fsdp as fsdp
+
+    if is_titan03() and not hasattr(fsdp, "DataParallelMeshDims"):
+        import torch
+
+        raise ConfigError(
+            f"torchtitan {torchtitan_version()} needs a torch with torch.distributed.fsdp.DataParallelMeshDims "
+            f"(2.13 has it) and this is torch {torch.__version__}; install a newer torch, or torchtitan 0.2.2 "
+            "(pip install -e '.[titan022]')"
+        )
