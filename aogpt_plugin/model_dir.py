@@ -30,13 +30,13 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 
 import torch
 
 from .errors import ConfigError, UserError
 from .model import AOGPT, AOGPTModelArgs
+from .temporaries import make_temporary
 
 FORMAT = "aogpt-converted"
 FORMAT_VERSION = 1
@@ -335,26 +335,6 @@ def check_out_dir(out_dir: str, force: bool = False) -> None:
 _TEMP_PREFIX = ".aogpt-convert-"
 
 
-def _remove_stale_temporaries(parent: str) -> None:
-    """Temporaries of a writer that was killed (its pid is gone) are removed by the next writer."""
-    for name in os.listdir(parent):
-        if not name.startswith(_TEMP_PREFIX):
-            continue
-        pid = name[len(_TEMP_PREFIX) :].split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def save_model_dir(
     out_dir: str, state: dict[str, torch.Tensor], config: ModelDirConfig, files: dict[str, bytes] | None = None
 ) -> None:
@@ -378,8 +358,7 @@ def save_model_dir(
         os.makedirs(parent, exist_ok=True)
         _acquire_lock(out_dir, force)
         _check_replaceable(out_dir, force)  # again, under the lock
-        _remove_stale_temporaries(parent)
-        tmp = tempfile.mkdtemp(prefix=f"{_TEMP_PREFIX}{os.getpid()}-", dir=parent)
+        tmp = make_temporary(parent, _TEMP_PREFIX)
         try:
             os.chmod(tmp, 0o755)
             weights_file = os.path.join(tmp, WEIGHTS_FILE)

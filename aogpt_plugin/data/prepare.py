@@ -31,12 +31,12 @@ import os
 import shlex
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from ..errors import UserError, require_at_least
+from ..temporaries import make_temporary
 from .manifest import FORMAT, FORMAT_VERSION, MANIFEST, read_manifest
 from .text_files import iter_documents, list_text_files
 
@@ -205,24 +205,6 @@ def check_out_dir(out_dir: str, force: bool) -> None:
         )
 
 
-def _remove_stale_temporaries(parent: str) -> None:
-    """Temporaries of a writer that was killed (its pid is gone) are removed by the next one."""
-    for name in os.listdir(parent):
-        pid = name[len(_TEMP_PREFIX) :].split("-", 1)[0] if name.startswith(_TEMP_PREFIX) else ""
-        if pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class _ShardWriter:
     """jsonl shards of at most `shard_docs` documents / about `shard_bytes` bytes, hashed as written."""
 
@@ -290,8 +272,7 @@ def prepare(
 
     parent = os.path.dirname(os.path.abspath(out_dir))
     os.makedirs(parent, exist_ok=True)
-    _remove_stale_temporaries(parent)
-    tmp = tempfile.mkdtemp(prefix=f"{_TEMP_PREFIX}{os.getpid()}-", dir=parent)
+    tmp = make_temporary(parent, _TEMP_PREFIX)
     started = time.monotonic()
     last = [started]
 
