@@ -184,14 +184,20 @@ def _stub_triton_kernels() -> None:
     sys.modules[name] = stub
 
 
-def enable_torchtitan_on_cpu() -> None:
-    """Apply patches 1 and 2 (idempotent). Call before `import torchtitan.train`."""
-    _stub_triton_kernels()
+def point_device_copies_at_cpu(module_names) -> None:
+    """torchtitan modules copy the device type/module at import; point those copies at the CPU (both
+    versions do this, with their own module lists), and drop the MFU a CPU cannot measure."""
     shim = CPUDeviceModule()
-    for name in _COPIES:
+    for name in module_names:
         mod = importlib.import_module(name)
         if hasattr(mod, "device_type"):
             mod.device_type = "cpu"
         if hasattr(mod, "device_module"):
             mod.device_module = shim
     without_cpu_mfu()
+
+
+def enable_torchtitan_on_cpu() -> None:
+    """Apply patches 1 and 2 (idempotent). Call before `import torchtitan.train`."""
+    _stub_triton_kernels()
+    point_device_copies_at_cpu(_COPIES)

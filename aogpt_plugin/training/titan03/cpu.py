@@ -16,7 +16,7 @@ import importlib.util
 import sys
 import types
 
-from ..titan022.cpu import CPUDeviceModule, has_accelerator, without_cpu_mfu
+from ..titan022.cpu import has_accelerator, point_device_copies_at_cpu
 
 # modules that copy `device_type` / `device_module` from torchtitan.tools.utils at import time
 _COPIES = (
@@ -68,14 +68,7 @@ def enable_torchtitan_on_cpu() -> None:
     """Apply the shims (idempotent). Call before `import torchtitan.trainer`."""
     _stub_triton_kernels()
     _provide_set_timeout()
-    shim = CPUDeviceModule()
-    for name in _COPIES:
-        mod = importlib.import_module(name)
-        if hasattr(mod, "device_type"):
-            mod.device_type = "cpu"
-        if hasattr(mod, "device_module"):
-            mod.device_module = shim
-    without_cpu_mfu()
+    point_device_copies_at_cpu(_COPIES)
 
 
 __all__ = ["enable_torchtitan_on_cpu", "has_accelerator"]
