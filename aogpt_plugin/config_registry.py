@@ -16,6 +16,7 @@ RECIPES = os.path.join(ROOT, "train_configs")
 
 def recipe(name: str):
     """The AOGPTTrainer.Config of train_configs/<name>.toml (`study/ao_random` for a study recipe)."""
+    from .errors import exit_in_one_line_on_user_error
     from .training.preflight import check_job_config
     from .training.titan03.dataset_names import register_datasets, registered_names
     from .training.titan03.model import model_registry
@@ -23,6 +24,7 @@ def recipe(name: str):
     from .training.titan03.trainer import AOGPTTrainer
     from .training.versions import check_torch_for_titan03
 
+    exit_in_one_line_on_user_error()  # stock torchtitan runs us: one `error:` line, not a traceback per rank
     check_torch_for_titan03()
     register_datasets()
     AOGPTTrainer.preflight = lambda view, world_size: check_job_config(view, world_size, **registered_names())

@@ -82,7 +82,9 @@ VARIANTS = {
     "syn_ao_random": ("synthetic", "adaln", "random", (0, 1, 2), "AO-GPT, random orders"),
     "syn_ao_mix10": ("synthetic", "adaln", "mixture", (0, 1, 2), "AO-GPT, 90% random + 10% left-to-right orders"),
     "syn_sigma_concat": ("synthetic", "concat", "random", (0, 1, 2), "sigma-GPT"),
+    "syn_ao_random_long": ("synthetic", "adaln", "random", (0,), "AO-GPT, random orders, trained 4000 steps"),
 }
+LONGER = {"syn_ao_random_long": 4000}  # steps of a variant trained longer than its track (its gap curve)
 SHUFFLED = {
     "ao_random_shuf": 8192,
     "ao_mix10_shuf": 8192,
@@ -180,6 +182,9 @@ decay_ratio = {decay_ratio}        # warmup-stable-decay: constant, then linear 
 decay_type = "linear"
 min_lr_factor = 0.1
 
+[activation_checkpoint]
+mode = "none"              # a tiny model: recomputing activations would only cost time
+
 [training]
 dataset = "{dataset}"
 dataset_path = "{dataset_path}"
@@ -241,7 +246,7 @@ def write_recipes() -> None:
                 seq_len=SEQ_LEN,
                 ema_steps=round(1 / (1 - t["ema"])),
                 decay_pct=round(100 * t["decay_ratio"]),
-                **t,
+                **{**t, "steps": LONGER.get(name, t["steps"])},
             )
         )
     log(f"wrote {len(VARIANTS)} recipes to {folder.relative_to(ROOT)}")

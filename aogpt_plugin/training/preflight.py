@@ -96,11 +96,42 @@ def _check_components(job_config, converters: Collection[str]) -> None:
             raise ConfigError(
                 f"model.converters: {name!r} is not a converter; allowed: {', '.join(sorted(converters))}"
             )
+    if FLOAT8 in job_config.model.converters:
+        _check_float8(job_config.quantize.linear.float8, job_config.compile)
     if job_config.checkpoint.enable:
         _at_least("checkpoint.interval", job_config.checkpoint.interval, 1)
         keep = job_config.checkpoint.keep_latest_k
         if keep < 0 or keep == 1:
             raise ConfigError(f"checkpoint.keep_latest_k={keep} is not allowed; allowed: 0 (keep all) or >= 2")
+
+
+FLOAT8 = "quantize.linear.float8"
+
+
+def _float8_gpu() -> str | None:
+    """The GPU float8 matmuls run on (NVIDIA compute capability >= 8.9), or None."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9):
+        return torch.cuda.get_device_name()
+    return None
+
+
+def _check_float8(float8, compile_config) -> None:
+    """What torchtitan's float8 converter (and aogpt's on 0.3) would refuse after the process group."""
+    compiled = compile_config.enable and "model" in compile_config.components
+    if float8.emulate and compiled:
+        raise ConfigError("quantize.linear.float8.emulate=true runs eager only; allowed with it: compile.enable=false")
+    if float8.recipe_name is not None and float8.enable_fsdp_float8_all_gather:
+        raise ConfigError(
+            f"quantize.linear.float8.recipe_name={float8.recipe_name!r} with enable_fsdp_float8_all_gather=true "
+            "is not supported; allowed: one of the two"
+        )
+    if not float8.emulate and _float8_gpu() is None:
+        raise ConfigError(
+            f"model.converters=[{FLOAT8!r}] needs an NVIDIA GPU of compute capability >= 8.9 (none here); "
+            "allowed here: model.converters=[] or quantize.linear.float8.emulate=true (eager, for tests)"
+        )
 
 
 def _check_resume(job_config, world_size: int) -> None:

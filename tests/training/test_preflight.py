@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 
 import pytest
+import torch
 
 from aogpt_plugin.errors import ConfigError
 from aogpt_plugin.training.titan022.cpu import enable_torchtitan_on_cpu
@@ -124,6 +125,39 @@ def test_bad_values_raise_one_line_config_errors(override, message):  # parsing 
         check_job_config(parse_job_config(DEBUG + override), **registered_names())
     text = str(info.value)
     assert message in text and "\n" not in text
+
+
+F8 = ["--model.converters", "quantize.linear.float8"]
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (
+            [*F8, "--quantize.linear.float8.emulate", "--compile.enable"],
+            "quantize.linear.float8.emulate=true runs eager only; allowed with it: compile.enable=false",
+        ),
+        (
+            [*F8, "--quantize.linear.float8.emulate", "--quantize.linear.float8.recipe_name", "rowwise"]
+            + ["--quantize.linear.float8.enable_fsdp_float8_all_gather"],
+            "quantize.linear.float8.recipe_name='rowwise' with enable_fsdp_float8_all_gather=true is not supported",
+        ),
+        pytest.param(
+            F8,
+            "model.converters=['quantize.linear.float8'] needs an NVIDIA GPU of compute capability >= 8.9 (none here)",
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA machine may run float8"),
+        ),
+    ],
+)
+def test_float8_settings_the_converter_would_refuse_are_one_line(override, message):
+    """Refused before the process group, on both torchtitan versions (the rule is shared)."""
+    with pytest.raises(ConfigError) as info:
+        check_job_config(parse_job_config(DEBUG + override), **registered_names())
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_emulated_float8_passes_the_preflight():  # the case the rules above must not refuse
+    check_job_config(parse_job_config(DEBUG + [*F8, "--quantize.linear.float8.emulate"]), **registered_names())
 
 
 def test_unknown_toml_key_is_one_line(tmp_path):

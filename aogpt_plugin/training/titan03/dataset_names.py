@@ -16,8 +16,10 @@ def register_datasets() -> None:
 
 
 def registered_names() -> dict:
-    """The datasets and model converters preflight checks against (0.3: no converters for aogpt yet)."""
+    """The datasets and model converters preflight checks against."""
     from torchtitan.hf_datasets.text_datasets import DATASETS
 
+    from .float8 import CONVERTERS
+
     register_datasets()
-    return {"datasets": DATASETS, "converters": ()}
+    return {"datasets": DATASETS, "converters": CONVERTERS}

@@ -20,6 +20,7 @@ from torchtitan.protocols.model_spec import ModelSpec
 
 from ...model.args import FLAVORS, AOGPTModelArgs
 from ...model.model import AOGPT
+from .float8 import FLOAT8, Float8
 
 NAME = "aogpt"
 _ARG_FIELDS = [f.name for f in dataclasses.fields(AOGPTModelArgs)]
@@ -43,6 +44,7 @@ class AOGPTModel(AOGPT, BaseModel):
         ema_enable: bool = False
         ema_decay: float = 0.9999
         ema_warmup: bool = True
+        float8: Float8 | None = None  # `[quantize.linear.float8]` when model.converters names it
 
         def args(self) -> AOGPTModelArgs:
             return AOGPTModelArgs(**{k: getattr(self, k) for k in _ARG_FIELDS})
@@ -58,6 +60,7 @@ class AOGPTModel(AOGPT, BaseModel):
             for k in _ARG_FIELDS:
                 setattr(self, k, getattr(args, k))
             self.ema_enable, self.ema_decay, self.ema_warmup = config.ema.enable, config.ema.decay, config.ema.warmup
+            self.float8 = config.quantize.linear.float8 if FLOAT8 in config.model.converters else None
 
         def get_nparams_and_flops(self, model, seq_len: int) -> tuple[int, int]:
             return self.args().get_nparams_and_flops(model, seq_len)
@@ -65,6 +68,7 @@ class AOGPTModel(AOGPT, BaseModel):
     def __init__(self, config: Config):
         AOGPT.__init__(self, config.args())
         self.ema_config = _EMASettings(config.ema_enable, config.ema_decay, config.ema_warmup)
+        self.float8_settings = config.float8  # the parallelize_fn swaps the linears (float8.py)
 
     def verify_module_protocol(self) -> None:
         """The tree is plain torch.nn; 0.3's Module protocol (per-module init/sharding configs) is unused."""

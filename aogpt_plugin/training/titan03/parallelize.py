@@ -1,4 +1,4 @@
-"""torchtitan 0.3's `parallelize_fn` for AO-GPT: activation checkpointing -> per-block compile -> FSDP2
+"""torchtitan 0.3's `parallelize_fn` for AO-GPT: float8 -> activation checkpointing -> per-block compile -> FSDP2
 (or DDP), then the shared finish (EMA, NaN/inf load refusal: ../parallelize.py).
 
 0.3 dropped the Llama helpers 0.2.2's glue reused (apply_fsdp, apply_ddp, apply_ac, apply_compile) and
@@ -17,6 +17,7 @@ from torchtitan.distributed.fsdp import disable_fsdp_gradient_division
 from torchtitan.tools.logging import logger
 
 from ..parallelize import check_parallelism, finish_parallelized, use_sum_reduction_on_gloo
+from .float8 import convert_to_float8
 
 
 def _apply_fsdp(model: nn.Module, mesh, training, parallelism) -> None:
@@ -47,6 +48,9 @@ def parallelize_aogpt(
     model: nn.Module, *, parallel_dims, training, parallelism, compile_config, ac_config, dump_folder: str, **unused
 ) -> nn.Module:
     check_parallelism(parallelism)
+    if getattr(model, "float8_settings", None) is not None:  # first, where 0.2.2's model build swapped them
+        model.float8_precompute = convert_to_float8(model, model.float8_settings, parallel_dims.fsdp_enabled)
+        logger.info("Swapped aogpt's linears to float8 (quantize.linear.float8)")
     if ac_config is not None:
         ac_config.build(dump_folder=dump_folder).apply(model)
     if compile_config.enable and "model" in compile_config.components:

@@ -36,6 +36,7 @@ KEYS = {
     "profiling.enable_profiling": "profiler.enable_profiling",
     "profiling.save_traces_folder": "profiler.save_traces_folder",
     "profiling.profile_freq": "profiler.profile_freq",
+    "model.converters": "model.converters",
 }
 SECTIONS = ("training", "metrics", "optimizer", "lr_scheduler", "parallelism", "checkpoint", "compile", "debug")
 # what 0.3 has no place for and aogpt needs no counterpart of (the 0.3 module and Config replace them)
@@ -47,7 +48,7 @@ DROPPED = {
     "activation_checkpoint.selective_ac_option",
 }
 CLI_SPECIAL = ("model.flavor", "activation_checkpoint.mode", "job.config_file")  # read before 0.3 parses
-SPECIAL = (*CLI_SPECIAL, "model.converters")
+SPECIAL = CLI_SPECIAL
 
 
 def _target(key: str, config) -> str | None:
@@ -93,6 +94,17 @@ def _section(cls, name: str, values: dict):
     return cls(**values)  # its own checks (sections.py), one ConfigError line each
 
 
+def _quantize(values: dict, unknown: list[str]):
+    """`[quantize.linear.float8]` as float8.py's Quantize; other quantize sections (MX, grouped mm,
+    which aogpt does not run on 0.3) go to `unknown`."""
+    from .float8 import Float8, Quantize, QuantizeLinear
+
+    linear = values.get("linear", {})
+    unknown += [f"[quantize] {k}" for k in values if k != "linear"]
+    unknown += [f"[quantize.linear] {k}" for k in linear if k != "float8"]
+    return Quantize(linear=QuantizeLinear(float8=_section(Float8, "quantize.linear.float8", linear.get("float8", {}))))
+
+
 def load_recipe(
     path: str, config_cls, model_registry, *, root: str | None = None, flavor: str | None = None, ac_mode=None
 ):
@@ -120,7 +132,8 @@ def load_recipe(
         if section in ("aogpt", "ema"):
             setattr(config, section, _section(AOGPT if section == "aogpt" else EMA, section, values))
             continue
-        if section == "quantize":  # only read with model.converters, which 0.3 aogpt refuses
+        if section == "quantize":
+            config.quantize = _quantize(values, unknown)
             continue
         for key, value in values.items():
             full = f"{section}.{key}"
@@ -141,11 +154,6 @@ def load_recipe(
             f"unknown key{'s' * (len(unknown) > 1)} in {path} (no torchtitan 0.3 counterpart): {', '.join(unknown)}"
         )
     special = dict(later)
-    if special.get("model.converters"):
-        raise ConfigError(
-            f"model.converters={special['model.converters']!r}: model converters (float8) are not ported to "
-            "torchtitan 0.3; allowed: []"
-        )
     config.activation_checkpoint = _activation_checkpoint(ac_mode or special.get("activation_checkpoint.mode", "none"))
     if root and config.aogpt.tokenizer.endswith(".json") and not os.path.isabs(config.aogpt.tokenizer):
         config.aogpt.tokenizer = os.path.normpath(os.path.join(root, config.aogpt.tokenizer))

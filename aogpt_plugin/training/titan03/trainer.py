@@ -19,11 +19,14 @@ from dataclasses import dataclass, field
 from torchtitan.trainer import Trainer
 
 from ...data.tokenizer import load_tokenizer
+from ...errors import UserError
 from ..checkpoint_record import run_record
 from ..optimizers import hook_guard_and_emas
 from ..sections import AOGPT, EMA
+from ..step_guard import NonFiniteStepError
 from .checkpoint import AOGPTCheckpointManager
 from .data import AOGPTDataLoader, AOTokenizer
+from .float8 import ModelConverters, Quantize, hook_scale_precompute
 from .loss import AOLoss
 from .optimizers import AOGPTOptimizersContainer
 from .validator import AOValidator
@@ -46,6 +49,8 @@ class AOGPTTrainer(Trainer):
         loss: AOLoss.Config = field(default_factory=AOLoss.Config)
         validator: AOValidator.Config = field(default_factory=AOValidator.Config)
         checkpoint: AOGPTCheckpointManager.Config = field(default_factory=AOGPTCheckpointManager.Config)
+        model: ModelConverters = field(default_factory=ModelConverters)  # 0.2.2's `model.converters`
+        quantize: Quantize = field(default_factory=Quantize)  # 0.2.2's `[quantize.linear.float8]` (float8.py)
 
         def __post_init__(self) -> None:
             Trainer.Config.__post_init__(self)
@@ -72,10 +77,23 @@ class AOGPTTrainer(Trainer):
         opt.guard = guard
         emas = [m.ema for m in self.model_parts if getattr(m, "ema", None) is not None]
         hook_guard_and_emas(opt, opt.steps_done, opt.params, guard, emas)
+        for m in self.model_parts:  # after the EMA hooks, as 0.2.2's post-optimizer hooks ran
+            if getattr(m, "float8_precompute", False):
+                hook_scale_precompute(opt, m)
         if isinstance(self.checkpointer, AOGPTCheckpointManager):
             self.checkpointer.record_of = lambda: run_record(job_view(config))
             self.checkpointer.guard = guard
         _log_lr_as_0_2_2_did(self.lr_schedulers)
+
+    def train(self) -> None:
+        """Under stock `-m torchtitan.train` (preflight set) a non-finite step is a UserError, so it ends
+        as one `error:` line (config_registry.py); our launcher words it itself, with the resume command."""
+        if AOGPTTrainer.preflight is None:
+            return super().train()
+        try:
+            return super().train()
+        except NonFiniteStepError as e:
+            raise UserError(str(e)) from None
 
 
 def _log_lr_as_0_2_2_did(schedulers) -> None:

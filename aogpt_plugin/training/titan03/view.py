@@ -29,6 +29,8 @@ class JobView:
     lr_scheduler: Any
     parallelism: Any
     checkpoint: Any
+    compile: Any
+    quantize: Any
     aogpt: Any
     ema: Any
 
@@ -43,7 +45,7 @@ def job_view(config) -> JobView:
     o = config.optimizer
     return JobView(
         job=ns(dump_folder=config.dump_folder, custom_config_module=CUSTOM_CONFIG_MODULE),
-        model=ns(name="aogpt", flavor=config.model_spec.flavor, converters=[]),
+        model=ns(name="aogpt", flavor=config.model_spec.flavor, converters=list(config.model.converters)),
         training=_section(t, dataset=config.dataloader.dataset, dataset_path=config.dataloader.dataset_path),
         validation=ns(
             enable=v.enable,
@@ -67,6 +69,8 @@ def job_view(config) -> JobView:
         lr_scheduler=_section(config.lr_scheduler),
         parallelism=_section(config.parallelism),
         checkpoint=_section(config.checkpoint),
+        compile=_section(config.compile),
+        quantize=config.quantize,
         aogpt=config.aogpt,
         ema=config.ema,
     )

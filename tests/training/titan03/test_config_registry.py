@@ -53,6 +53,25 @@ def test_config_function_equals_its_toml(titan03_on_cpu, name):
     )
     assert config.dataloader.order == toml["aogpt"]["order"]  # [aogpt] reaches the components
     assert config.training.disable_cuda_graphs
+    assert config.model.converters == toml["model"].get("converters", [])
+    float8 = toml.get("quantize", {}).get("linear", {}).get("float8", {})
+    for key, value in float8.items():
+        assert getattr(config.quantize.linear.float8, key) == value, key
+
+
+def test_float8_keys_keep_their_0_2_2_meaning(titan03_on_cpu):
+    """`--model.converters` and `--quantize.linear.float8.*` reach the model Config, which the
+    parallelize_fn converts from (the training itself: test_train.py)."""
+    args = ["--module", "aogpt_plugin", "--config", "aogpt_medium", "--model.converters", "quantize.linear.float8"]
+    config = _parse([*args, "--quantize.linear.float8.filter_fqns", "output,adaln"])
+    assert config.model.converters == ["quantize.linear.float8"]
+    assert config.quantize.linear.float8.filter_fqns == ["output", "adaln"]
+    assert config.quantize.linear.float8.enable_fsdp_float8_all_gather  # the recipe's value
+    config.model_spec.model.update_from_config(config=config)
+    assert config.model_spec.model.float8 == config.quantize.linear.float8
+    plain = _parse(["--module", "aogpt_plugin", "--config", "aogpt_medium"])
+    plain.model_spec.model.update_from_config(config=plain)
+    assert plain.model_spec.model.float8 is None  # converters = [] in the recipe: no swap
 
 
 def test_cli_overrides_keep_their_meaning(titan03_on_cpu):

@@ -146,6 +146,64 @@ def test_stock_torchtitan_train_runs_module_aogpt_plugin(tmp_path):
     assert (tmp_path / "run" / "checkpoint" / "step-1" / "aogpt.json").is_file()
 
 
+def _stock(tmp_path, *extra: str) -> subprocess.CompletedProcess:
+    args = ["--module", "aogpt_plugin", "--config", "aogpt_debug", *extra]
+    args += ["--dump_folder", str(tmp_path / "run"), "--validator.no-enable", "--metrics.disable_color_printing"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        [sys.executable, "-c", STOCK, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
+
+
+def test_stock_torchtitan_train_refuses_in_one_line(tmp_path):
+    """Stock `-m torchtitan.train` runs our config function, tyro's build of `[aogpt]` and our Trainer
+    inside its own main: a value refused while `[aogpt]` is built, and one the preflight refuses in
+    the Trainer, and a step the guard stops (lr 1e4 diverges) end as one `error:` line and exit 2 there
+    too, not a traceback (the good run: the test above)."""
+    for bad, key in (
+        (["--aogpt.shuffle_windows", "-3"], "shuffle_windows"),
+        (["--training.seq_len", "4096"], "seq_len"),
+    ):
+        proc = _stock(tmp_path, "--training.steps", "1", *bad)
+        assert proc.returncode == 2, proc.stderr[-3000:]
+        assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+        (line,) = error_lines(proc)
+        assert key in line and line == proc.stderr.strip().splitlines()[-1]
+        assert not (tmp_path / "run" / "checkpoint").exists()
+    diverging = ["--optimizer.lr", "1e4", "--training.steps", "10", "--training.seq_len", "32"]
+    proc = _stock(tmp_path, *diverging, "--training.local_batch_size", "4", "--checkpoint.no-enable")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    (line,) = error_lines(proc)
+    assert "NaN/inf" in line and "stopped before the optimizer step" in line
+
+
+def test_float8_emulated_trains_as_on_0_2_2(tmp_path):
+    """`--model.converters quantize.linear.float8 --quantize.linear.float8.emulate` (0.2.2's spelling)
+    swaps the linears under 0.3 too, with the same losses as 0.2.2 (which differ from the plain run's
+    10.83492 / 10.83815: the swap happened)."""
+    args = ["--job.config_file", "train_configs/aogpt_debug.toml", "--training.steps", "2", "--debug.seed", "7"]
+    args += [
+        "--metrics.log_freq",
+        "1",
+        "--metrics.disable_color_printing",
+        "--validation.no-enable",
+        "--checkpoint.no-enable",
+    ]
+    args += ["--model.converters", "quantize.linear.float8", "--quantize.linear.float8.emulate"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    old = subprocess.run(
+        [str(VENV022), "-m", "aogpt_plugin.train", *args, "--job.dump_folder", str(tmp_path / "old")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert old.returncode == 0, old.stderr[-3000:]
+    new = launch_train([*args, "--job.dump_folder", str(tmp_path / "new")])
+    assert new.returncode == 0, new.stderr[-3000:]
+    losses = printed_losses(new.stdout + new.stderr)
+    assert losses == printed_losses(old.stdout + old.stderr) and len(losses) == 2
+    assert losses[1] != "10.83492" and losses[2] != "10.83815"
+
+
 def test_bad_value_is_one_line_before_any_process_group(tmp_path):
     proc = launch_train(_args(tmp_path / "run", 2, **{"aogpt.p_l2r": 1.5}))
     assert proc.returncode == 2
