@@ -101,10 +101,11 @@ FULL = dict(
     heldout_windows=512, synthetic_sequences=2000, zero_shot_chunks=64, ensemble_chunks=32, ensemble_members=8,
     gen_samples=64, gen_steps=(4, 8, 16), datasets=("wikitext2", "ptb", "lambada"), workers=2, overrides=[],
     throughput_steps=80,
-    # what one plain run trains (24 runs; the 12 of 2026-11-24 took 106 min on 2 cores); `--variants all` adds the consecutive-window
-    # ao_mix10 and sigma_concat
+    # what one plain run trains (25 runs, syn_ao_random_long the longest; its wall time: docs/findings.md); `--variants all`
+    # adds the consecutive-window ao_mix10 and sigma_concat
     variants=("ar", "ar_adaln", "ao_random", "ao_random_shuf", "ao_mix10_shuf", "sigma_concat_shuf",
-              "fixed_random", "blockwise4", "syn_ar", "syn_ao_random", "syn_ao_mix10", "syn_sigma_concat"),
+              "fixed_random", "blockwise4", "syn_ao_random_long", "syn_ar", "syn_ao_random", "syn_ao_mix10",
+              "syn_sigma_concat"),
 )  # fmt: skip
 SMOKE = dict(
     heldout_windows=16, synthetic_sequences=32, zero_shot_chunks=2, ensemble_chunks=1, ensemble_members=2,
@@ -327,7 +328,8 @@ def measure_throughput(out: Path, plan: dict, tokenizer: Path) -> dict:
 
 def train_all(out: Path, plan: dict, variants, tokenizer: Path, workers: int) -> dict:
     """Trainings side by side in `workers` processes (measure_throughput decides), longest first."""
-    todo = sorted(runs(variants), key=lambda r: VARIANTS[r[1]][0] != "text")  # stable: the given order within a track
+    longest = lambda r: (r[1] not in LONGER, VARIANTS[r[1]][0] != "text")  # noqa: E731  (the long runs, then text)
+    todo = sorted(runs(variants), key=longest)  # stable: the given order within a track
     with ThreadPoolExecutor(workers) as pool:
         done = list(pool.map(lambda r: (r[0], train_run(*r, out, plan, tokenizer)), todo))
     return dict(done)

@@ -60,3 +60,14 @@ def test_unknown_variant_is_a_one_line_error(tmp_path):
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("error: --variants 'gpt5' is unknown; allowed: ar, ar_adaln, ao_random")
+
+
+def test_power_law_fit_recovers_a_known_curve_and_not_a_flat_one():
+    """The fit behind the report's "steps to the gap goal" (scripts/findings_report.py)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from findings_report import power_law
+
+    a, b = power_law({st: 2.0 * st**-0.5 for st in (1000, 1500, 2000, 3000)})
+    assert a == pytest.approx(2.0) and b == pytest.approx(0.5)
+    a, b = power_law({st: 0.7 for st in (1000, 2000, 3000)})  # no fall: exponent 0, the goal is never reached
+    assert b == pytest.approx(0.0, abs=1e-12)
