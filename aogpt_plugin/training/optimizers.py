@@ -42,6 +42,20 @@ def check_ema_compatible(early_step_in_backward: bool, fault_tolerant: bool, ema
         )
 
 
+def optimizer_kwargs(config) -> dict:
+    """torch.optim keyword arguments of an `[optimizer]` section (lr, beta1, beta2, eps, weight_decay,
+    implementation), read the same way by both versions' containers."""
+    impl = config.implementation
+    return {
+        "lr": config.lr,
+        "betas": (config.beta1, config.beta2),
+        "eps": config.eps,
+        "weight_decay": config.weight_decay,
+        "fused": impl == "fused",
+        "foreach": impl == "foreach",
+    }
+
+
 def decay_groups(params: list[torch.Tensor], weight_decay: float) -> list[dict]:
     """The authors' parameter groups: decay on >= 2-D tensors, none on biases and norm weights."""
     return [

@@ -17,11 +17,13 @@ the scoring), logged to the console and TensorBoard as
     validation_metrics/throughput(tps)   tokens scored per second per device by this validation
         (every forward pass's targets, raw and EMA weights; torchtitan's own count was always 0)
 
-The scoring is here; the version's validator (titan022/validator.py) runs it and logs the metrics.
+The scoring and its logging are here; each version's validator (titan022/, titan03/validator.py) builds
+the windows and calls `validate_and_log`.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import torch
@@ -62,6 +64,7 @@ class FixedValidation:
                 for k in range(ao.val_orders)
             ]
             self.batches.append((x, orders))
+        self.val_orders = ao.val_orders
         self.use_ema = job_config.ema.enable and job_config.ema.validate
         self.l2r_trained = ao.order == "l2r"  # its context gain is read left to right, the order it knows
 
@@ -117,6 +120,35 @@ class FixedValidation:
                     metrics[_tag(k) + "_ema"] = v
         model.train()
         return metrics, scored
+
+    def describe(self, seq_len: int) -> str:
+        """The line each validator logs once, when built."""
+        return (
+            f"aogpt validation: {len(self.windows)} fixed windows of {seq_len} tokens per rank, "
+            f"{self.val_orders} fixed random orders each + left-to-right"
+        )
+
+    @torch.no_grad()
+    def validate_and_log(self, model, device, context, amp, all_reduce: bool, step: int, metrics_processor, log):
+        """Score, log through torchtitan's metrics processor (console + TensorBoard) with this
+        validation's throughput, and `log` the metrics on one console line."""
+        start = time.perf_counter()
+        metrics, scored = self.metrics(model, device, context, amp, all_reduce)
+        headline = metrics.get("validation_metrics/loss_ao", metrics["validation_metrics/loss_l2r"])
+        _log_with_own_throughput(metrics_processor, headline, step, metrics, scored, start)
+        log("aogpt validation step %d: %s", step, "  ".join(f"{k.split('/')[-1]}={v:.4f}" for k, v in metrics.items()))
+
+
+def _log_with_own_throughput(mp, loss: float, step: int, metrics: dict, scored: int, start: float) -> None:
+    """torchtitan's log_validation divides the tokens counted since its last log by the time since:
+    right after the training log that is 0 tokens, so its tps was always 0. Hand it this
+    validation's tokens and start time, then give the training counters back, less the
+    validation's time, so the next training tps neither loses tokens nor counts validation."""
+    train_tokens, train_since = mp.ntokens_since_last_log, mp.time_last_log
+    mp.ntokens_since_last_log, mp.time_last_log = scored, start
+    mp.log_validation(loss=loss, step=step, extra_metrics=metrics)
+    mp.ntokens_since_last_log = train_tokens
+    mp.time_last_log = train_since + (time.perf_counter() - start)
 
 
 def fixed_windows(job_config, dp_rank: int, text_windows: Callable[[], object]) -> list[torch.Tensor]:

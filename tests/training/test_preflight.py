@@ -35,8 +35,9 @@ def study_tokenizer(tmp_path_factory):
 @pytest.mark.parametrize(
     "recipe", sorted(glob.glob("train_configs/*.toml")) + sorted(glob.glob("train_configs/study/*.toml"))
 )
-def test_every_recipe_parses_with_torchtitans_config_manager(recipe, study_tokenizer):
+def test_every_recipe_parses_with_torchtitans_config_manager(recipe, study_tokenizer, tmp_path):
     extra = ["--aogpt.tokenizer", study_tokenizer] if "outputs/study/tokenizer.json" in open(recipe).read() else []
+    extra += ["--job.dump_folder", str(tmp_path)]  # not the recipe's: after `make findings` it holds the study's run
     config = parse_job_config(["--job.config_file", recipe, *extra])
     assert config.model.name == "aogpt"
     assert config.experimental.custom_import == "aogpt_plugin"

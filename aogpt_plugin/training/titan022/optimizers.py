@@ -14,6 +14,7 @@ from ..optimizers import (
     check_optimizer_name,
     decay_groups,
     hook_guard_and_emas,
+    optimizer_kwargs,
     reapply_configured_lr,
     steps_done,
 )
@@ -77,13 +78,4 @@ def build_aogpt_optimizers(model_parts, optimizer_config, parallel_dims, ft_mana
         check_ema_compatible(optimizer_config.early_step_in_backward, fault_tolerant, bool(emas))
         return build_optimizers(model_parts, optimizer_config, parallel_dims, ft_manager)
     check_optimizer_name(name)
-    impl = optimizer_config.implementation
-    kwargs = {
-        "lr": optimizer_config.lr,
-        "betas": (optimizer_config.beta1, optimizer_config.beta2),
-        "eps": optimizer_config.eps,
-        "weight_decay": optimizer_config.weight_decay,
-        "fused": impl == "fused",
-        "foreach": impl == "foreach",
-    }
-    return AOGPTOptimizersContainer(model_parts, OPTIMIZERS[name], kwargs, guard=guard)
+    return AOGPTOptimizersContainer(model_parts, OPTIMIZERS[name], optimizer_kwargs(optimizer_config), guard=guard)

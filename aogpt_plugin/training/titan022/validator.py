@@ -3,8 +3,6 @@ of validation.py and logging it through its MetricsProcessor."""
 
 from __future__ import annotations
 
-import time
-
 import torch
 import torch.distributed as dist
 from torchtitan.components.validate import BaseValidator
@@ -38,37 +36,15 @@ class AOValidator(BaseValidator):
         self.fixed = FixedValidation(
             job_config, dp_rank, lambda: text_windows(val, tokenizer, dp_rank, dp_world_size, infinite=False)
         )
-        logger.info(
-            f"aogpt validation: {len(self.fixed.windows)} fixed windows of {val.seq_len} tokens per rank, "
-            f"{job_config.aogpt.val_orders} fixed random orders each + left-to-right"
-        )
+        logger.info(self.fixed.describe(val.seq_len))
 
     @torch.no_grad()
     def validate(self, model_parts, step: int) -> None:
-        start = time.perf_counter()
         all_reduce = dist.is_initialized() and self.parallel_dims.dp_enabled
-        metrics, scored = self.fixed.metrics(
-            model_parts[0], utils.device_type, self.validation_context, self.maybe_enable_amp, all_reduce
-        )
-        headline = metrics.get("validation_metrics/loss_ao", metrics["validation_metrics/loss_l2r"])
-        self._log_validation(headline, step, metrics, scored, start)
-        logger.info(
-            "aogpt validation step %d: %s",
-            step,
-            "  ".join(f"{k.split('/')[-1]}={v:.4f}" for k, v in metrics.items()),
-        )
-
-    def _log_validation(self, loss: float, step: int, metrics: dict, scored: int, start: float) -> None:
-        """torchtitan's log_validation divides the tokens counted since its last log by the time since:
-        right after the training log that is 0 tokens, so its tps was always 0. Hand it this
-        validation's tokens and start time, then give the training counters back, less the
-        validation's time, so the next training tps neither loses tokens nor counts validation."""
-        mp = self.metrics_processor
-        train_tokens, train_since = mp.ntokens_since_last_log, mp.time_last_log
-        mp.ntokens_since_last_log, mp.time_last_log = scored, start
-        mp.log_validation(loss=loss, step=step, extra_metrics=metrics)
-        mp.ntokens_since_last_log = train_tokens
-        mp.time_last_log = train_since + (time.perf_counter() - start)
+        self.fixed.validate_and_log(
+            model_parts[0], utils.device_type, self.validation_context, self.maybe_enable_amp, all_reduce, step,
+            self.metrics_processor, logger.info,
+        )  # fmt: skip
 
 
 def build_ao_validator(**kwargs) -> AOValidator:

@@ -20,7 +20,7 @@ from typing import Literal
 from torchtitan.components.optimizer import OptimizersContainer
 
 from ..ema import clean_fqn
-from ..optimizers import OPTIMIZERS, check_optimizer_name, steps_done
+from ..optimizers import OPTIMIZERS, check_optimizer_name, optimizer_kwargs, steps_done
 
 
 class AOGPTOptimizersContainer(OptimizersContainer):
@@ -36,15 +36,7 @@ class AOGPTOptimizersContainer(OptimizersContainer):
 
     def __init__(self, config: Config, *, model_parts, **unused):
         check_optimizer_name(config.name)
-        impl = config.implementation
-        kwargs = {
-            "lr": config.lr,
-            "betas": (config.beta1, config.beta2),
-            "eps": config.eps,
-            "weight_decay": config.weight_decay,
-            "fused": impl == "fused",
-            "foreach": impl == "foreach",
-        }
+        kwargs = optimizer_kwargs(config)
         self.optimizers, self.model_parts, all_params = [], model_parts, []
         for model in model_parts:
             named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]

@@ -10,7 +10,6 @@ clash with; the recipe's `validation.seq_len` / `local_batch_size` live on as `v
 from __future__ import annotations
 
 import contextlib
-import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -74,30 +73,12 @@ class AOValidator(Validator):
             return PackedTextWindows(val.dataset, val.dataset_path, tokenizer, val.seq_len, dp_rank, dp_world_size)
 
         self.fixed = FixedValidation(view, dp_rank, windows)
-        logger.info(
-            f"aogpt validation: {len(self.fixed.windows)} fixed windows of {val.seq_len} tokens per rank, "
-            f"{config.val_orders} fixed random orders each + left-to-right"
-        )
+        logger.info(self.fixed.describe(val.seq_len))
 
     @torch.no_grad()
     def validate(self, model_parts, step: int) -> None:
-        start = time.perf_counter()
         all_reduce = dist.is_initialized() and self.parallel_dims.dp_enabled
-        metrics, scored = self.fixed.metrics(
-            model_parts[0], utils.device_type, self.validation_context, contextlib.nullcontext(), all_reduce
-        )
-        headline = metrics.get("validation_metrics/loss_ao", metrics["validation_metrics/loss_l2r"])
-        self._log_validation(headline, step, metrics, scored, start)
-        logger.info(
-            "aogpt validation step %d: %s", step, "  ".join(f"{k.split('/')[-1]}={v:.4f}" for k, v in metrics.items())
-        )
-
-    def _log_validation(self, loss: float, step: int, metrics: dict, scored: int, start: float) -> None:
-        """As titan022/validator.py: hand log_validation this validation's tokens and time, then give
-        the training throughput counters back, less the validation's time."""
-        mp = self.metrics_processor
-        train_tokens, train_since = mp.ntokens_since_last_log, mp.time_last_log
-        mp.ntokens_since_last_log, mp.time_last_log = scored, start
-        mp.log_validation(loss=loss, step=step, extra_metrics=metrics)
-        mp.ntokens_since_last_log = train_tokens
-        mp.time_last_log = train_since + (time.perf_counter() - start)
+        self.fixed.validate_and_log(
+            model_parts[0], utils.device_type, self.validation_context, contextlib.nullcontext(), all_reduce, step,
+            self.metrics_processor, logger.info,
+        )  # fmt: skip
