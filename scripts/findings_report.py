@@ -314,7 +314,9 @@ def write_report(out: Path, docs: Path, results: dict, meta: dict) -> None:
         "sigma_concat_shuf run three seeds, so B.3.1 is decided with three seeds per side on both tracks. "
         "`syn_ao_random_long` (one seed, 4000 steps) measures how the synthetic any-order gap falls with more "
         'steps. The study recipes now set `[activation_checkpoint] mode = "none"`: torchtitan 0.2.2\'s default '
-        "recomputed every second block of a model that fits in memory many times over (same numbers, less time; "
+        "recomputed every second block of a model that fits in memory many times over (the same printed losses: "
+        "`python -m aogpt_plugin.train --job.config_file train_configs/study/syn_ao_random.toml --training.steps 5 "
+        "--metrics.log_freq 1 --activation_checkpoint.mode M` for M = selective and none; less time: "
         "the 2026-11-24 study measured 7,454 tokens/s for two one-thread trainings side by side, this one's "
         "measurement is above).\n"
     )
