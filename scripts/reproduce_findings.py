@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import io
 import json
 import os
@@ -83,8 +84,56 @@ VARIANTS = {
     "syn_ao_mix10": ("synthetic", "adaln", "mixture", (0, 1, 2), "AO-GPT, 90% random + 10% left-to-right orders"),
     "syn_sigma_concat": ("synthetic", "concat", "random", (0, 1, 2), "sigma-GPT"),
     "syn_ao_random_long": ("synthetic", "adaln", "random", (0,), "AO-GPT, random orders, trained 4000 steps"),
+    # the same compute (about 20 min of one core) spent another way: learning rate, width and depth
+    "syn_ao_random_lr1e3": ("synthetic", "adaln", "random", (0,), "AO-GPT, random orders, lr 1e-3, 4000 steps"),
+    "syn_ao_random_lr1e2": ("synthetic", "adaln", "random", (0,), "AO-GPT, random orders, lr 1e-2, 4000 steps"),
+    "syn_ao_random_mini": ("synthetic", "adaln", "random", (0,), "AO-GPT, random orders, flavor mini, 1000 steps"),
+    "syn_ao_random_mini_lr1e3": (
+        "synthetic",
+        "adaln",
+        "random",
+        (0,),
+        "AO-GPT, random orders, flavor mini, lr 1e-3, 1000 steps",
+    ),
+    "syn_ao_random_lr1e2_long": (
+        "synthetic",
+        "adaln",
+        "random",
+        (0,),
+        "AO-GPT, random orders, lr 1e-2, 8000 steps",
+    ),
+    "syn_ao_random_lr1e2_warm": (
+        "synthetic",
+        "adaln",
+        "random",
+        (0,),
+        "AO-GPT, random orders, lr 1e-2 after 1000 warm-up steps, 8000 steps",
+    ),
+    "syn_ao_random_debug": (
+        "synthetic",
+        "adaln",
+        "random",
+        (0,),
+        "AO-GPT, random orders, flavor debugmodel, 16000 steps",
+    ),
 }
-LONGER = {"syn_ao_random_long": 4000}  # steps of a variant trained longer than its track (its gap curve)
+# variant: what its recipe changes of its track's (TRACK); the synthetic any-order runs that say how the
+# gap to the optimum falls with compute, each about the one-core time of syn_ao_random_long (mini costs
+# about 4x tiny per token, debugmodel about 1/4: their steps keep the compute)
+TUNED = {
+    "syn_ao_random_long": dict(steps=4000),
+    "syn_ao_random_lr1e3": dict(steps=4000, lr=1e-3),
+    "syn_ao_random_lr1e2": dict(steps=4000, lr=1e-2),
+    "syn_ao_random_mini": dict(steps=1000, flavor="mini"),
+    "syn_ao_random_mini_lr1e3": dict(steps=1000, flavor="mini", lr=1e-3),  # a wider model's usual lower lr
+    "syn_ao_random_debug": dict(steps=16000, flavor="debugmodel"),
+    # lr 1e-2 left the plateau last but then fell fastest: does that hold past 4000 steps?
+    "syn_ao_random_lr1e2_long": dict(steps=8000, lr=1e-2),
+    "syn_ao_random_lr1e2_warm": dict(steps=8000, lr=1e-2, warmup=1000),
+}
+# sweep runs the plan leaves out to keep the study within 2.5 h on 2 cores: lr1e2 is lr1e2_long until its
+# decay starts, and mini at the track's 3e-3 spends 3/4 of its compute on the plateau (mini_lr1e3 is the fair one)
+OPT_IN = ("syn_ao_random_lr1e3", "syn_ao_random_lr1e2", "syn_ao_random_mini")
 SHUFFLED = {
     "ao_random_shuf": 8192,
     "ao_mix10_shuf": 8192,
@@ -101,11 +150,11 @@ FULL = dict(
     heldout_windows=512, synthetic_sequences=2000, zero_shot_chunks=64, ensemble_chunks=32, ensemble_members=8,
     gen_samples=64, gen_steps=(4, 8, 16), datasets=("wikitext2", "ptb", "lambada"), workers=2, overrides=[],
     throughput_steps=80,
-    # what one plain run trains (25 runs, syn_ao_random_long the longest; its wall time: docs/findings.md); `--variants all`
-    # adds the consecutive-window ao_mix10 and sigma_concat
+    # what one plain run trains (29 runs, the TUNED ones the longest; its wall time: docs/findings.md); `--variants all`
+    # adds the consecutive-window ao_mix10 and sigma_concat, and OPT_IN
     variants=("ar", "ar_adaln", "ao_random", "ao_random_shuf", "ao_mix10_shuf", "sigma_concat_shuf",
-              "fixed_random", "blockwise4", "syn_ao_random_long", "syn_ar", "syn_ao_random", "syn_ao_mix10",
-              "syn_sigma_concat"),
+              "fixed_random", "blockwise4", *(v for v in TUNED if v not in OPT_IN), "syn_ar", "syn_ao_random",
+              "syn_ao_mix10", "syn_sigma_concat"),
 )  # fmt: skip
 SMOKE = dict(
     heldout_windows=16, synthetic_sequences=32, zero_shot_chunks=2, ensemble_chunks=1, ensemble_members=2,
@@ -247,7 +296,7 @@ def write_recipes() -> None:
                 seq_len=SEQ_LEN,
                 ema_steps=round(1 / (1 - t["ema"])),
                 decay_pct=round(100 * t["decay_ratio"]),
-                **{**t, "steps": LONGER.get(name, t["steps"])},
+                **{**t, **TUNED.get(name, {})},
             )
         )
     log(f"wrote {len(VARIANTS)} recipes to {folder.relative_to(ROOT)}")
@@ -278,8 +327,15 @@ def train_run(run: str, variant: str, seed: int, out: Path, plan: dict, tokenize
         *plan["overrides"],
     ]  # fmt: skip
     command = "python " + " ".join(cmd[1:])
-    if done and done["command"] == command:
+    recipe = hashlib.sha256((ROOT / "train_configs" / "study" / f"{variant}.toml").read_bytes()).hexdigest()[:16]
+    if done and done["command"] == command and "recipe" not in done:  # written before recipes were fingerprinted:
+        write_json(run_dir / "DONE.json", done := {**done, "recipe": recipe})  # taken as trained by this one, once
+    if done and done["command"] == command and done["recipe"] == recipe:
         return done
+    if run_dir.exists():  # trained by another recipe or command: kept beside, never resumed or overwritten
+        stale = run_dir.with_name(f"{run}.stale-{time.strftime('%Y%m%d-%H%M%S')}")
+        run_dir.rename(stale)
+        log(f"train {run}: its recipe or command changed since it was trained; the old run moved to {stale.name}")
     log(f"train {run}: {command}")
     started = time.time()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
@@ -287,7 +343,7 @@ def train_run(run: str, variant: str, seed: int, out: Path, plan: dict, tokenize
         rc = subprocess.call(cmd, cwd=ROOT, stdout=logf, stderr=subprocess.STDOUT, env=env)
     if rc != 0:
         raise SystemExit(f"error: training {run} failed (exit {rc}); see {out / (run + '.train.log')}")
-    done = {"seconds": time.time() - started, "command": command}
+    done = {"seconds": time.time() - started, "command": command, "recipe": recipe}
     write_json(run_dir / "DONE.json", done)
     log(f"train {run}: done in {done['seconds']:.0f} s")
     return done
@@ -328,7 +384,7 @@ def measure_throughput(out: Path, plan: dict, tokenizer: Path) -> dict:
 
 def train_all(out: Path, plan: dict, variants, tokenizer: Path, workers: int) -> dict:
     """Trainings side by side in `workers` processes (measure_throughput decides), longest first."""
-    longest = lambda r: (r[1] not in LONGER, VARIANTS[r[1]][0] != "text")  # noqa: E731  (the long runs, then text)
+    longest = lambda r: (r[1] not in TUNED, VARIANTS[r[1]][0] != "text")  # noqa: E731  (the long runs, then text)
     todo = sorted(runs(variants), key=longest)  # stable: the given order within a track
     with ThreadPoolExecutor(workers) as pool:
         done = list(pool.map(lambda r: (r[0], train_run(*r, out, plan, tokenizer)), todo))

@@ -71,3 +71,49 @@ def test_power_law_fit_recovers_a_known_curve_and_not_a_flat_one():
     assert a == pytest.approx(2.0) and b == pytest.approx(0.5)
     a, b = power_law({st: 0.7 for st in (1000, 2000, 3000)})  # no fall: exponent 0, the goal is never reached
     assert b == pytest.approx(0.0, abs=1e-12)
+
+
+def test_gap_fit_uses_only_the_constant_lr_stretch_past_the_plateau():
+    """The sweep's extrapolation fits the second half of a run's constant-lr stretch, and only points off
+    the plateau; a run that never left it gets no fit."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from findings_report import gap_fit
+
+    curve = {st: 3.0 * st**-0.25 for st in range(250, 4001, 250)}
+    curve.update({1750: 2.25, 2000: 2.25})  # plateau points (gap 2.25 = the plateau) would bend the fit
+    a, b, points = gap_fit(curve, 4000, plateau=2.25)
+    assert min(points) == 2250 and max(points) == 3000  # decay starts at 3200 (decay_ratio 0.2)
+    assert a == pytest.approx(3.0) and b == pytest.approx(0.25)
+    assert gap_fit({st: 2.2 for st in range(250, 4001, 250)}, 4000, plateau=2.25)[:2] == (0.0, 0.0)
+
+
+def test_a_run_trained_by_another_recipe_is_retrained_and_kept_beside(tmp_path, monkeypatch):
+    """The training cache is keyed by the command and the recipe's bytes: an edited recipe retrains its
+    runs, and the old run folder is moved aside, never resumed or overwritten."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import reproduce_findings as rf
+
+    recipes = tmp_path / "train_configs" / "study"
+    recipes.mkdir(parents=True)
+    (recipes / "syn_ar.toml").write_text("steps = 1\n")
+    monkeypatch.setattr(rf, "ROOT", tmp_path)
+    calls = []
+
+    def fake_train(cmd, cwd, stdout, stderr, env):
+        calls.append(cmd)
+        (tmp_path / "out" / "syn_ar_s0").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "out" / "syn_ar_s0" / "weights").write_text(str(len(calls)))
+        return 0
+
+    monkeypatch.setattr(rf.subprocess, "call", fake_train)
+    out = tmp_path / "out"
+    out.mkdir()
+    plan = {"overrides": []}
+    rf.train_run("syn_ar_s0", "syn_ar", 0, out, plan, tmp_path / "tok.json")
+    rf.train_run("syn_ar_s0", "syn_ar", 0, out, plan, tmp_path / "tok.json")
+    assert len(calls) == 1  # cached
+    (recipes / "syn_ar.toml").write_text("steps = 2\n")
+    rf.train_run("syn_ar_s0", "syn_ar", 0, out, plan, tmp_path / "tok.json")
+    assert len(calls) == 2
+    (stale,) = out.glob("syn_ar_s0.stale-*")
+    assert (stale / "weights").read_text() == "1" and (out / "syn_ar_s0" / "weights").read_text() == "2"
