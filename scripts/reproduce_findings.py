@@ -332,7 +332,8 @@ def train_run(run: str, variant: str, seed: int, out: Path, plan: dict, tokenize
         write_json(run_dir / "DONE.json", done := {**done, "recipe": recipe})  # taken as trained by this one, once
     if done and done["command"] == command and done["recipe"] == recipe:
         return done
-    if run_dir.exists():  # trained by another recipe or command: kept beside, never resumed or overwritten
+    if done:  # finished by another recipe or command: kept beside, never resumed or overwritten (an unfinished
+        # run, with no DONE.json, resumes from its last checkpoint)
         stale = run_dir.with_name(f"{run}.stale-{time.strftime('%Y%m%d-%H%M%S')}")
         run_dir.rename(stale)
         log(f"train {run}: its recipe or command changed since it was trained; the old run moved to {stale.name}")
@@ -603,6 +604,14 @@ def main(argv=None) -> int:
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
         print(f"error: --variants {unknown[0]!r} is unknown; allowed: {', '.join(VARIANTS)}", file=sys.stderr)
+        return 2
+    missing = [v for v in variants if not (ROOT / "train_configs" / "study" / f"{v}.toml").is_file()]
+    if missing:
+        print(
+            f"error: recipe train_configs/study/{missing[0]}.toml is missing; "
+            "`python scripts/reproduce_findings.py --write-recipes` writes every variant's",
+            file=sys.stderr,
+        )
         return 2
     out = Path(args.out or ROOT / "outputs" / "study").resolve()
     out.mkdir(parents=True, exist_ok=True)

@@ -117,3 +117,19 @@ def test_a_run_trained_by_another_recipe_is_retrained_and_kept_beside(tmp_path, 
     assert len(calls) == 2
     (stale,) = out.glob("syn_ar_s0.stale-*")
     assert (stale / "weights").read_text() == "1" and (out / "syn_ar_s0" / "weights").read_text() == "2"
+
+    (out / "syn_ar_s0" / "DONE.json").unlink()  # an interrupted run (no DONE.json) resumes in its own folder
+    rf.train_run("syn_ar_s0", "syn_ar", 0, out, plan, tmp_path / "tok.json")
+    assert len(calls) == 3 and len(list(out.glob("syn_ar_s0.stale-*"))) == 1
+    assert (out / "syn_ar_s0" / "weights").read_text() == "3"
+
+
+def test_a_missing_recipe_is_a_one_line_error_before_any_work(tmp_path, monkeypatch, capsys):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import reproduce_findings as rf
+
+    monkeypatch.setattr(rf, "ROOT", tmp_path)  # a checkout without train_configs/study
+    monkeypatch.setattr(rf, "train_tokenizer", lambda out: pytest.fail("work started before the check"))
+    assert rf.main(["--out", str(tmp_path / "o"), "--variants", "syn_ar"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: recipe train_configs/study/syn_ar.toml is missing")
