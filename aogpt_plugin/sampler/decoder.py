@@ -28,11 +28,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
-from ..devices import LINEAR_KERNELS
 from ..errors import UserError
 from ..model import AOGPT
 from .masks import FlexStepMask, dense_mask
-from .options import BACKENDS
+from .options import BACKENDS, LINEAR_KERNELS
 
 # ---- attention backends ---------------------------------------------------------------------
 
@@ -101,7 +100,7 @@ def flex_attend(
 # The view is built once per model and rebuilt whenever any parameter is written in place (tensor
 # version counters), so a model that keeps training never samples with stale weights. The caller's
 # model is never modified.
-# LINEAR_KERNELS (the choices) live in devices.py with the other runtime flags.
+# LINEAR_KERNELS (the choices) live in options.py with the sampler's other choices.
 
 # Row count oneDNN lays the packed weight out for; 4 was best or within noise of best for 1-256 rows.
 PACK_ROWS_HINT = 4

@@ -28,14 +28,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..devices import LINEAR_KERNELS, synchronize
+from ..devices import synchronize
 from ..errors import UserError
 from ..model import AOGPT
 from ..orders import READ_ORDERS
 from ..seeding import stream_generator
 from .decoder import CachedDecoder
 from .graphs import resolve_graphs
-from .options import BACKENDS, COUNTS, GRAPHS, SCHEDULES
+from .options import BACKENDS, COUNTS, GRAPHS, LINEAR_KERNELS, SCHEDULES
 from .prompt import Prompt, generation_orders
 from .sampling import (
     SamplingParams,
