@@ -39,6 +39,12 @@ def resolve_graphs(mode: str, device: torch.device | str) -> str:
     return mode
 
 
+def _compile_limits():
+    """Room for a graph per step shape: the compiled step, and FlexAttention compiled per shape (whose one
+    code object all compiled flex wrappers of the process share)."""
+    return torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT, accumulated_recompile_limit=4 * RECOMPILE_LIMIT)
+
+
 def uses_inductor(mode: str, device: torch.device | str) -> bool:
     """Whether a resolved mode compiles the step with inductor (which packs its own Linear weights)."""
     return mode == "compile" or (mode == "on" and torch.device(device).type != "cuda")
@@ -89,25 +95,23 @@ class StepRunner:
         return self._capture(key, self.fn if self.compiled is None else self._compiled, args)
 
     def _compiled(self, *args):
-        with torch._dynamo.config.patch(
-            recompile_limit=RECOMPILE_LIMIT, accumulated_recompile_limit=4 * RECOMPILE_LIMIT
-        ):
-            return self.compiled(*args)
+        return self.compiled(*args)
 
     def _run(self, fn, args):
-        if not self.capture:
-            return fn(*args)
-        # warm-ups run on the capture stream, as CUDA graph capture requires
-        current = torch.cuda.current_stream(self.device)
-        self.stream.wait_stream(current)
-        with torch.cuda.stream(self.stream):
-            out = fn(*args)
-        current.wait_stream(self.stream)
-        return out
+        with _compile_limits():
+            if not self.capture:
+                return fn(*args)
+            # warm-ups run on the capture stream, as CUDA graph capture requires
+            current = torch.cuda.current_stream(self.device)
+            self.stream.wait_stream(current)
+            with torch.cuda.stream(self.stream):
+                out = fn(*args)
+            current.wait_stream(self.stream)
+            return out
 
     def _capture(self, key, fn, args):
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
+        with _compile_limits(), torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
             out = fn(*args)
         if self.pool is None:
             self.pool = graph.pool()
