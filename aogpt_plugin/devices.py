@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     import torch
 
 DTYPES = ("float32", "bfloat16", "float16")  # names of torch dtypes
-LINEAR_KERNELS = ("auto", "aten", "onednn")  # how the sampler runs its Linears (sampler/decoder.py)
 
 
 def resolve_device(name: str | None = "auto") -> torch.device:

@@ -11,10 +11,14 @@
 # seq 1024, bf16, compile) and `aogpt bench sampler` (small, n 256, batch 1/8/32), each --json, and the first 60 steps of aogpt_small.
 # Without CUDA the same steps run in CPU mode: the gpu tests skip and the benchmarks use tiny sizes.
 # The JSON lines become docs rows with `python scripts/update_benchmarks_doc.py OUTDIR/bench_sampler_*.json`.
-# GPU_CHECK_PARTS="tests first_steps bench" (the default: all) runs a subset, e.g. to fit one 10-minute call.
+# GPU_CHECK_PARTS="tests first_steps bench sampler" (the default: all) runs a subset, e.g. to fit one 10-minute call.
+# The sampler part (issue 33; at most 9 minutes on one H100, each step under its own timeout): the CUDA tests of
+# the graphed static step (tests/gpu/test_graphed_sampler.py), then `aogpt bench sampler --graphs on` for small at
+# n=1024 with batch 1 and 32 and at n=256 with batch 32, and `--graphs compile --T n` at n=1024, batch 32:
+#   GPU_CHECK_PARTS=sampler bash scripts/gpu_check.sh "$OUT"; python scripts/update_benchmarks_doc.py OUT/bench_graphs_*.json
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PARTS=" ${GPU_CHECK_PARTS:-tests first_steps bench} "
+PARTS=" ${GPU_CHECK_PARTS:-tests first_steps bench sampler} "
 want() { [[ "$PARTS" == *" $1 "* ]]; }
 OUT=${1:?usage: bash scripts/gpu_check.sh OUTDIR}
 mkdir -p "$OUT"
@@ -47,7 +51,7 @@ import torch, platform
 print('torch', torch.__version__, 'python', platform.python_version())
 print('device', torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu')" | tee -a "$LOG"
 
-want tests && step pytest_gpu "$PY" -m pytest -m gpu tests/gpu -q -p no:cacheprovider --junitxml "$OUT/pytest_gpu.xml"
+want tests && step pytest_gpu "$PY" -m pytest -m gpu tests/gpu -q -p no:cacheprovider --ignore tests/gpu/test_graphed_sampler.py --junitxml "$OUT/pytest_gpu.xml"
 AOGPT=("$PY" -m aogpt_plugin.cli)
 if [ "$MODE" = gpu ]; then
     want bench && for flavor in small medium; do
@@ -63,7 +67,16 @@ if [ "$MODE" = gpu ]; then
     want bench && for batch in 1 8 32; do
         step "bench_sampler_b$batch" sh -c "$(printf '%q ' "${AOGPT[@]}") bench sampler --flavor small --n 256 --batch $batch --repeats 3 --json > $OUT/bench_sampler_b$batch.json"
     done
+    if want sampler; then
+        step pytest_graphed timeout 150 "$PY" -m pytest -m gpu tests/gpu/test_graphed_sampler.py -q -p no:cacheprovider --junitxml "$OUT/pytest_graphed.xml"
+        for run in "1024 1 60 on all" "1024 32 120 on all" "256 32 50 on all" "1024 32 150 compile n"; do
+            read -r n batch limit graphs tvalues <<< "$run"
+            name="bench_graphs_${graphs}_n${n}_b${batch}"
+            step "$name" timeout "$limit" sh -c "$(printf '%q ' "${AOGPT[@]}") bench sampler --flavor small --n $n --batch $batch --repeats 2 --graphs $graphs --T $tvalues --json > $OUT/$name.json"
+        done
+    fi
 else
+    want sampler && step bench_graphs_cpu sh -c "$(printf '%q ' "${AOGPT[@]}") bench sampler --flavor debugmodel --n 16 --batch 2 --repeats 1 --graphs static --json > $OUT/bench_graphs_static_cpu.json"
     step bench_train_cpu sh -c "$(printf '%q ' "${AOGPT[@]}") bench train --flavor debugmodel --seq-len 32 --batch 2 --steps 2 --rounds 2 --warmup 1 --json > $OUT/bench_train_debugmodel.json"
     step bench_sampler_cpu sh -c "$(printf '%q ' "${AOGPT[@]}") bench sampler --flavor debugmodel --n 16 --batch 1 --repeats 2 --json > $OUT/bench_sampler_b1.json"
 fi
@@ -74,11 +87,10 @@ out, mode, steps = sys.argv[1], sys.argv[2], [json.loads(s) for s in sys.argv[3:
 import torch
 summary = {"mode": mode, "torch": torch.__version__,
            "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu", "steps": steps}
-xml = os.path.join(out, "pytest_gpu.xml")
-if os.path.exists(xml):
+for xml in sorted(glob.glob(os.path.join(out, "pytest_*.xml"))):
     root = ET.parse(xml).getroot()
     suite = root.find("testsuite") if root.find("testsuite") is not None else root
-    summary["pytest_gpu"] = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+    summary[os.path.basename(xml)[:-4]] = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
 import importlib.metadata as md, re
 summary["torchtitan"] = md.version("torchtitan")
 rows = []  # the first steps of the small recipe, read off the launcher's log lines

@@ -21,8 +21,16 @@ from ..model import AOGPT, AOGPTModelArgs
 from ..model.model import TransformerBlock
 from ..sampler.decoder import CachedDecoder, decode_model
 from ..sampler.generation import plan_generator
+from ..sampler.graphs import StepRunner, resolve_graphs, uses_inductor
 from ..sampler.prompt import generation_orders
-from ..sampler.sampling import SamplingParams, noise_workspace, sample_tokens, step_counts
+from ..sampler.sampling import (
+    SamplingParams,
+    filtered_scores,
+    gumbel_max,
+    noise_workspace,
+    sample_tokens,
+    step_counts,
+)
 
 # ---- encoder-only masked diffusion ------------------------------------------------------------
 # Encoder-only masked diffusion baseline (RADD/MDLM style), for the speed comparison only.
@@ -85,6 +93,53 @@ class EncoderResult:
     seconds: float
 
 
+class StaticEncoder:
+    """The encoder sampler's state at fixed addresses, so its steps are captured like the AO sampler's
+    (static.py): the token table (column n is scratch), the order, tokens known, the plan of counts,
+    the step index and the noise workspace. Kept on the model's view across runs, as the AO sampler's."""
+
+    def __init__(self, model: EncoderMDM, batch: int, length: int, rows: int, mode: str):
+        device = model.tok_embeddings.weight.device
+        self.model, self.length, self.vocab_size = model, length, model.model_args.vocab_size
+        self.x = torch.empty(batch, length + 1, dtype=torch.long, device=device)
+        self.orders = torch.zeros(batch, length, dtype=torch.long, device=device)
+        self.known = torch.zeros(batch, dtype=torch.long, device=device)
+        self.plan = torch.zeros(batch, length, dtype=torch.long, device=device)
+        self.step_index = torch.zeros(1, dtype=torch.long, device=device)
+        self.noise = torch.empty(batch * rows * self.vocab_size, dtype=torch.float64, device=device)
+        self.aranges = {}
+        self.step = StepRunner(encoder_step, mode, device)
+
+    def start(self, orders: torch.Tensor, counts: torch.Tensor) -> None:
+        self.x.fill_(self.model.mask_id)
+        self.orders.copy_(orders)
+        self.known.zero_()
+        self.plan.zero_()
+        self.plan[:, : counts.shape[1]] = counts
+        self.step_index.zero_()
+
+    def run_step(self, rows: int, sampling: SamplingParams, generator: torch.Generator) -> None:
+        batch = self.x.shape[0]
+        noise = self.noise[: batch * rows * self.vocab_size].view(batch, rows, self.vocab_size)
+        noise.uniform_(generator=generator)  # encoder_generate's draw
+        if rows not in self.aranges:
+            self.aranges[rows] = torch.arange(rows, device=self.x.device)
+        self.step((rows, sampling), self, self.aranges[rows], noise, sampling)
+
+
+def encoder_step(state: StaticEncoder, r: torch.Tensor, noise: torch.Tensor, sampling: SamplingParams) -> None:
+    """encoder_generate's step on device tensors: a full forward, the heads of the R positions drawn."""
+    n = state.length
+    new = state.plan.index_select(1, state.step_index).squeeze(1)
+    at = state.orders.gather(1, torch.clamp(state.known[:, None] + r, max=n - 1))
+    h = state.model.hidden(state.x[:, :n])
+    h = h.gather(1, at.unsqueeze(-1).expand(-1, -1, h.shape[-1]))
+    tokens = gumbel_max(filtered_scores(state.model.output(h), state.vocab_size, sampling), noise)
+    state.x.scatter_(1, torch.where(r < new[:, None], at, n), tokens)
+    state.known.add_(new)
+    state.step_index.add_(1)
+
+
 @torch.inference_mode()
 def encoder_generate(
     model: EncoderMDM,
@@ -96,17 +151,37 @@ def encoder_generate(
     sampling: SamplingParams | None = None,
     seed: int = 0,
     linears: str = "auto",
+    graphs: str = "off",
 ) -> EncoderResult:
-    """The standard MDM sampler: start all-[MASK]; each step is one full forward over all n slots."""
+    """The standard MDM sampler: start all-[MASK]; each step is one full forward over all n slots.
+    `graphs` (graphs.py): off runs the loop below; the other modes run the same step at fixed shapes."""
     sampling = (sampling or SamplingParams()).validate()
     device = model.output.weight.device
-    model = decode_model(model, linears).model  # the same Linear kernels as the AO sampler (linears.py)
+    mode = resolve_graphs(graphs, device)
+    if uses_inductor(mode, device) and linears == "auto":
+        linears = "aten"  # inductor packs aten Linears itself
+    view = decode_model(model, linears)  # the same Linear kernels as the AO sampler (linears.py)
+    model = view.model
     plan_gen = plan_generator(seed)
     orders = generation_orders(length, batch, None, "random", plan_gen).to(device)
     per_step = step_counts(length, steps, batch, schedule, counts, plan_gen)
     noise = torch.Generator(device=device).manual_seed(seed)
     synchronize(device)
     start_time = time.perf_counter()
+    if mode != "off":
+        per_step = per_step[:, per_step.max(dim=0).values > 0]
+        key = ("encoder", batch, length, mode)
+        state = view.static.get(key)
+        rows = int(per_step.max())
+        if state is None or state.noise.numel() < batch * rows * state.vocab_size:
+            view.static.clear()
+            state = view.static[key] = StaticEncoder(model, batch, length, rows, mode)
+        state.start(orders, per_step.to(device))
+        for rows in per_step.max(dim=0).values.tolist():
+            state.run_step(rows, sampling, noise)
+        tokens = state.x[:, :length].cpu()
+        synchronize(device)
+        return EncoderResult(tokens, per_step.shape[1], time.perf_counter() - start_time)
     x = torch.full((batch, length + 1), model.mask_id, dtype=torch.long, device=device)  # column n: scratch
     known = torch.zeros(batch, dtype=torch.long)
     workspace = noise_workspace(batch * int(per_step.max()), model.model_args.vocab_size, device)

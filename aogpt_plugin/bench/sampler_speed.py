@@ -11,8 +11,11 @@ All three use random weights of one flavor (timing of a fixed step count does no
 Each is run once untimed first (warm-up: allocator, kernels, flex compile). Then --repeats rounds
 each time every variant once, in turn, so drift on a shared machine hits all of them alike; seconds
 are medians over the rounds, and each ratio is the median of its per-round ratios (with their range).
-Issue-3 goals, reported and never asserted: encoder / AO at T=n >= 25x on GPU (>= 40x on CPU at
-small, n=256); AO at T=n / AR <= 1.15; AR / AO at T=n/4 >= 3.
+`--graphs` (sampler/graphs.py) runs all three as static steps: on a GPU replayed from CUDA graphs, so the
+ratios compare the algorithms, not Python's launch overhead; with it AR is the AO sampler's static step at
+T=n in left-to-right order on the plain GPT.
+Goals, reported and never asserted: encoder / AO at T=n >= 25x on a GPU at n=1024, batch 32 (issue 33;
+scripts/sampler_bound.py) and >= 40x on CPU at small, n=256; AO at T=n / AR <= 1.15; AR / AO at T=n/4 >= 3.
 """
 
 from __future__ import annotations
@@ -23,10 +26,10 @@ import statistics
 import sys
 from typing import TYPE_CHECKING
 
-from ..devices import LINEAR_KERNELS, add_verify_arg, device_name, resolve_device, resolve_dtype, synchronize
+from ..devices import add_verify_arg, device_name, resolve_device, resolve_dtype, synchronize
 from ..errors import UserError
 from ..model import FLAVORS
-from ..sampler.options import BACKENDS
+from ..sampler.options import BACKENDS, LINEAR_KERNELS, add_graphs_arg
 from . import median_and_range
 
 if TYPE_CHECKING:  # the models and samplers load when a benchmark runs, not for `--help`
@@ -48,6 +51,10 @@ def add_to(subparsers) -> None:
     p.add_argument("--repeats", type=int, default=3, help="timed rounds of every variant (default 3)")
     p.add_argument("--model", default=None, metavar="OUT_DIR", help="a converted (trained) model instead of --flavor")
     p.add_argument("--speculative", default=None, metavar="K|auto", help="also time speculative sampling")
+    add_graphs_arg(p)
+    p.add_argument(
+        "--T", dest="t_values", choices=("all", "n"), default="all", help="step counts timed: n, n/4, n/16 (all) or n"
+    )
     add_verify_arg(p)
     p.add_argument(
         "--json", action="store_true", help="print one JSON object (scripts/update_benchmarks_doc.py reads it)"
@@ -136,31 +143,35 @@ def run_bench(
     repeats: int = 1,
     model: AOGPT | None = None,
     speculative: int | str | None = None,
+    graphs: str = "off",
+    t_values: str = "all",
 ) -> dict:
     """Median timings (seconds) over `repeats` interleaved rounds, forward-pass counts, and the
     headline ratios. `linears` is a resolved kernel (aten | onednn, see sampler.decoder.resolve_linear_kernel).
-    `model` (trained weights) replaces the flavor's random AO and AR models and drops the encoder."""
+    `model` (trained weights) replaces the flavor's random AO and AR models and drops the encoder.
+    `graphs` (a resolved mode) applies to all three alike: with it on, AR decoding is the AO sampler's
+    static step at T=n with the identity order on the conditioning-free backbone."""
     from ..sampler.generation import SampleConfig, generate, noise_generator, speculative_generate
     from .baselines import ar_generate, build_encoder_mdm, encoder_generate
 
-    steps = step_values(n)
+    steps = step_values(n) if t_values == "all" else [n]
     ao = model if model is not None else build_decoder(flavor, "adaln", device, dtype)
     ar = model if model is not None else build_decoder(flavor, "none", device, dtype)
     enc = build_encoder_mdm(FLAVORS[flavor], device, dtype) if model is None else None
+    common = dict(length=n, num_samples=batch, seed=1, backend=backend, linears=linears, graphs=graphs)
 
     def spec_run():
-        config = SampleConfig(length=n, steps=n, num_samples=batch, seed=1, backend=backend, linears=linears)
-        return speculative_generate(ao, config, speculative)[0]
+        return speculative_generate(ao, SampleConfig(steps=n, **common), speculative)[0]
 
     def ao_run(t: int):
-        return generate(
-            ao, SampleConfig(length=n, steps=t, num_samples=batch, seed=1, backend=backend, linears=linears)
-        )
+        return generate(ao, SampleConfig(steps=t, **common))
 
     def enc_run(t: int):
-        return encoder_generate(enc, n, t, batch, seed=1, linears=linears)
+        return encoder_generate(enc, n, t, batch, seed=1, linears=linears, graphs=graphs)
 
     def ar_run():
+        if graphs != "off":  # the same noise stream as ar_generate's: the same tokens
+            return generate(ar, SampleConfig(steps=n, order="l2r", **common))
         return ar_generate(ar, n, batch, generator=noise_generator(1, device), backend=backend, linears=linears)
 
     variants = {f"ao {t}": lambda t=t: ao_run(t) for t in steps}
@@ -170,11 +181,17 @@ def run_bench(
     if enc is not None:
         variants.update({f"encoder {t}": lambda t=t: enc_run(t) for t in steps})
 
-    _log(f"bench sampler: {flavor} n={n} batch={batch} on {device_name(device)}; warm-up")
-    ao_run(steps[-1])
-    ao_run(steps[0])
-    if enc is not None:
-        encoder_generate(enc, n, min(2, n), batch, seed=1, linears=linears)
+    _log(f"bench sampler: {flavor} n={n} batch={batch} on {device_name(device)}, graphs {graphs}; warm-up")
+    if graphs == "off":
+        ao_run(steps[-1])
+        ao_run(steps[0])
+        if enc is not None:
+            encoder_generate(enc, n, min(2, n), batch, seed=1, linears=linears)
+    else:  # every step shape of every variant compiled and captured before the timed rounds
+        for t in steps:
+            ao_run(t)
+            if enc is not None:
+                enc_run(t)
     if speculative is not None:
         spec_run()
     ar_run()
@@ -197,6 +214,7 @@ def run_bench(
         "dtype": str(dtype).removeprefix("torch."),
         "backend": backend,
         "linears": linears,
+        "graphs": graphs,
         "repeats": repeats,
         "steps": steps,
         "ao_seconds": {str(t): round(med[f"ao {t}"], 4) for t in steps},
@@ -204,6 +222,7 @@ def run_bench(
         "ar_seconds": round(med["ar"], 4),
         "ar_forward_passes": forwards["ar"],
         "ao_tokens_per_second": {str(t): round(n * batch / med[f"ao {t}"], 1) for t in steps},
+        "ms_per_forward": {k: round(1000 * med[k] / max(forwards[k], 1), 4) for k in med},
         **summary["ratios"],
         "ratio_range": summary["ratio_range"],
         "rounds": [{k: round(v, 4) for k, v in r.items()} for r in rounds],
@@ -238,18 +257,32 @@ def run(args) -> int:
 
     from ..model_dir import load_model_dir
     from ..sampler.decoder import resolve_linear_kernel
+    from ..sampler.graphs import resolve_graphs, uses_inductor
 
     check_args(args)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype or ("bfloat16" if device.type == "cuda" else "float32"))
-    linears = resolve_linear_kernel(args.linears, device, dtype)  # a bad combination fails before any model is built
+    graphs = resolve_graphs(args.graphs, device)
+    wanted = "aten" if uses_inductor(graphs, device) and args.linears == "auto" else args.linears
+    linears = resolve_linear_kernel(wanted, device, dtype)  # a bad combination fails before any model is built
     model = None
     if args.model is not None:
         model = load_model_dir(args.model, device, dtype, verify=args.verify).model.eval().requires_grad_(False)
     result = run_bench(
-        args.flavor, args.n, args.batch, device, dtype, args.backend, linears, args.repeats, model, args.speculative
+        args.flavor,
+        args.n,
+        args.batch,
+        device,
+        dtype,
+        args.backend,
+        linears,
+        args.repeats,
+        model,
+        args.speculative,
+        graphs,
+        args.t_values,
     )
     source = f"--model {args.model}" if args.model else f"--flavor {args.flavor}"
     argv = [source, f"--n {args.n}", f"--batch {args.batch}", f"--repeats {args.repeats}"]
@@ -263,6 +296,10 @@ def run(args) -> int:
         argv.append(f"--backend {args.backend}")
     if args.linears != "auto":
         argv.append(f"--linears {args.linears}")
+    if args.graphs != "auto":
+        argv.append(f"--graphs {args.graphs}")
+    if args.t_values != "all":
+        argv.append(f"--T {args.t_values}")
     if args.threads is not None:
         argv.append(f"--threads {args.threads}")
     if args.json:
@@ -274,7 +311,7 @@ def run(args) -> int:
     n = args.n
     print(
         f"{args.model or args.flavor} n={n} batch={args.batch} on {result['device']} ({result['dtype']}, "
-        f"{result['linears']} linears)"
+        f"{result['linears']} linears, graphs {result['graphs']})"
     )
     for t in result["steps"]:
         line = f"  T={t:5d}  ao {result['ao_seconds'][str(t)]:9.3f} s ({result['ao_forward_passes'][str(t)]} fwd)"
@@ -290,10 +327,15 @@ def run(args) -> int:
             f"{result['spec_forwards_per_token']:.3f} per token)"
         )
     print(f"  AR decode {result['ar_seconds']:.3f} s ({result['ar_forward_passes']} fwd)")
+    per_step = result["ms_per_forward"]
+    line = f"  ms per forward: ao T=n {per_step[f'ao {n}']:.3f}, ar {per_step['ar']:.3f}"
+    if f"encoder {n}" in per_step:
+        line += f", encoder {per_step[f'encoder {n}']:.3f}"
+    print(line)
     print(f"  medians of {args.repeats} rounds; ratios: median of the per-round ratios [min, max]")
     lo_hi = result["ratio_range"]
     for key, label, goal in (
-        ("ao_vs_encoder_speedup", "encoder / AO at T=n", "goal >= 25x GPU, >= 40x CPU"),
+        ("ao_vs_encoder_speedup", "encoder / AO at T=n", "goal >= 25x GPU at n=1024 b=32, >= 40x CPU"),
         ("ao_vs_ar_time_ratio", "AO at T=n / AR", "goal <= 1.15"),
         ("ao_quarter_vs_ar_speedup", "AR / AO at T=n/4", "goal >= 3x"),
         ("spec_vs_sequential_speedup", "AO T=n / speculative", "exact: same distribution"),

@@ -9,6 +9,7 @@ import time
 from ..devices import Reporter, add_runtime_args, print_json, resolve_device, resolve_dtype
 from ..errors import UserError, check_writable, require_at_least
 from ..orders import READ_ORDERS
+from ..sampler.options import add_graphs_arg
 from .samples import TOKEN_MODES
 
 
@@ -38,6 +39,7 @@ def add_to(subparsers) -> None:
     g.add_argument("--top-k", type=int, default=None, help="most likely tokens kept per draw (default: all)")
     g.add_argument("--seed", type=int, default=0, help="sampler seed; batch b of --batch-size samples uses (seed, b)")
     g.add_argument("--save-samples", metavar="FILE", default=None, help="also write the samples (sampler --json form)")
+    add_graphs_arg(g)
     add_runtime_args(p)
     p.set_defaults(run=run)
 
@@ -147,6 +149,7 @@ def sample_from_model(args, device, say):
         "seed": args.seed,
         "batch_size": args.batch_size,
         "speculative": args.speculative,
+        "graphs": args.graphs,
     }
     say(f"sampling {args.num_samples} samples from {args.model}: " + ", ".join(f"{k} {v}" for k, v in settings.items()))
     samples, forwards = [], 0
@@ -158,6 +161,7 @@ def sample_from_model(args, device, say):
             order=args.sample_order,
             sampling=params,
             seed=stream_seed("sample_batch", args.seed, batch),
+            graphs=args.graphs,
         )
         if args.speculative is None:
             result = generate(model_dir.model, config)

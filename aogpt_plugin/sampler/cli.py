@@ -13,7 +13,7 @@ import sys
 from ..devices import add_runtime_args
 from ..errors import UserError
 from ..orders import READ_ORDERS
-from .options import BACKENDS, COUNTS, SCHEDULES
+from .options import BACKENDS, COUNTS, SCHEDULES, add_graphs_arg
 
 
 def add_to(subparsers) -> None:
@@ -52,6 +52,7 @@ def add_to(subparsers) -> None:
         "--seed", type=int, default=0, help="seed of the orders, counts and Gumbel noise: same seed, same samples"
     )
     p.add_argument("--backend", choices=BACKENDS, default="auto", help="attention (auto: per device)")
+    add_graphs_arg(p)
     add_runtime_args(p)
     p.set_defaults(run=run)
 
@@ -102,6 +103,7 @@ def check_args(args):
         sampling=sampling,
         seed=args.seed,
         backend=args.backend,
+        graphs=args.graphs,
         **{k: v for k, v in given.items() if v is not None},
     )
     sample_config.validate(
@@ -115,13 +117,15 @@ def check_fits(model_args, sample_config, prompt, device, dtype, draft, flag: st
     would otherwise swap for hours, or be killed after the work), naming the largest that fits."""
     from ..devices import available_memory, format_bytes
     from .generation import memory_per_sample
+    from .graphs import resolve_graphs
 
     free = available_memory(device)
     if free is None:
         return
     itemsize = dtype.itemsize
     weights = _parameter_bytes(model_args, itemsize)
-    per_sample = memory_per_sample(model_args, sample_config, len(prompt), itemsize, draft)
+    static = resolve_graphs(sample_config.graphs, device) != "off"
+    per_sample = memory_per_sample(model_args, sample_config, len(prompt), itemsize, draft, static)
     batch = sample_config.num_samples
     if weights + batch * per_sample <= free:
         return
@@ -187,6 +191,7 @@ def run(args) -> int:
             seed=sample_config.seed,
             device=device_name(device),
             backend=args.backend,
+            graphs=args.graphs,
             dtype=args.dtype,
             **speculative,
         )

@@ -21,34 +21,34 @@ from __future__ import annotations
 
 import copy
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
-from ..devices import LINEAR_KERNELS
 from ..errors import UserError
 from ..model import AOGPT
 from .masks import FlexStepMask, dense_mask
-from .options import BACKENDS
+from .options import BACKENDS, LINEAR_KERNELS
 
 # ---- attention backends ---------------------------------------------------------------------
 
-_compiled_flex = None
+_compiled_flex: dict[bool, object] = {}
 
 
-def compiled_flex_attention():
-    """The one compiled flex instance of the process (dynamic=True: ~3 graphs for all step shapes).
+def compiled_flex_attention(static: bool = False):
+    """The compiled flex instances of the process, one per kind. dynamic=True (the dynamic sampler):
+    ~3 graphs for all step shapes. static: a graph per shape, with the batch known, which is what lets
+    inductor pick the FlexDecoding kernel for short queries (the static step has few shapes).
 
-    Each new `torch.compile(flex_attention)` wrapper shares the code cache and eats into
-    `recompile_limit`, so there must be only one (as torchtitan does).
+    Every `torch.compile(flex_attention)` wrapper shares the code cache and eats into
+    `recompile_limit`, so there is one of each (as torchtitan does).
     """
-    global _compiled_flex
-    if _compiled_flex is None:
-        _compiled_flex = torch.compile(flex_attention, dynamic=True)
-    return _compiled_flex
+    if static not in _compiled_flex:
+        _compiled_flex[static] = torch.compile(flex_attention, dynamic=not static)
+    return _compiled_flex[static]
 
 
 # Compiled flex on CPU (torch 2.13) returns wrong attention for head_dim 8 and 16 whenever the key
@@ -75,8 +75,10 @@ def sdpa_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.T
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
-def flex_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask: BlockMask) -> torch.Tensor:
-    return compiled_flex_attention()(q, k, v, block_mask=block_mask)
+def flex_attend(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask: BlockMask, static: bool = False
+) -> torch.Tensor:
+    return compiled_flex_attention(static)(q, k, v, block_mask=block_mask)
 
 
 # ---- the decode view: adaLN tables and packed Linears ---------------------------------------
@@ -98,7 +100,7 @@ def flex_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask: B
 # The view is built once per model and rebuilt whenever any parameter is written in place (tensor
 # version counters), so a model that keeps training never samples with stale weights. The caller's
 # model is never modified.
-# LINEAR_KERNELS (the choices) live in devices.py with the other runtime flags.
+# LINEAR_KERNELS (the choices) live in options.py with the sampler's other choices.
 
 # Row count oneDNN lays the packed weight out for; 4 was best or within noise of best for 1-256 rows.
 PACK_ROWS_HINT = 4
@@ -165,6 +167,7 @@ class DecodeView:
     model: nn.Module
     tabled: bool  # adaLN conditioning is given as target indices (B, W, 1)
     linears: str  # the Linear kernel in use: aten | onednn
+    static: dict = field(default_factory=dict)  # the static decoder of these weights (static.py)
 
 
 def build_view(model: nn.Module, linears: str) -> DecodeView:
@@ -239,11 +242,20 @@ class KVCache:
 
 # ---- the cached forward pass ----------------------------------------------------------------
 class CachedDecoder:
-    def __init__(self, model: AOGPT, batch: int, slots: int, backend: str = "auto", linears: str = "auto"):
+    def __init__(
+        self,
+        model: AOGPT,
+        batch: int,
+        slots: int,
+        backend: str = "auto",
+        linears: str = "auto",
+        static: bool = False,
+    ):
+        """`static`: every step attends over all `slots` at fixed shapes (static.py)."""
         args = model.model_args
         weight = model.tok_embeddings.weight
         self.view = decode_model(model, linears)
-        self.model, self.batch = self.view.model, batch
+        self.model, self.batch, self.static = self.view.model, batch, static
         self.device = weight.device
         self.backend = resolve_backend(backend, self.device, args.head_dim)
         self.cache = KVCache(args.n_layers, batch, args.n_heads, slots, args.head_dim, weight.dtype, self.device)
@@ -290,6 +302,7 @@ class CachedDecoder:
         an int first slot shared by all samples), then the queries attend over the first kv_len cache
         slots under `mask` (a bool tensor, a BlockMask, or None = all of them)."""
         cache, flex = self.cache, self.backend == "flex"
+        static_flex = self.static and self.device.type == "cuda"  # on a CPU a graph per shape only costs compile time
         for i, layer in enumerate(self.model.layers.values()):
 
             def attend(q, k, v, i=i):
@@ -298,7 +311,7 @@ class CachedDecoder:
                 else:
                     cache.write(i, k, v, slots)
                 if flex:
-                    return flex_attend(q, cache.k[i], cache.v[i], mask)
+                    return flex_attend(q, cache.k[i], cache.v[i], mask, static_flex)
                 return sdpa_attend(q, cache.k[i, :, :, :kv_len], cache.v[i, :, :, :kv_len], mask)
 
             h = layer(h, cond, attend=attend)

@@ -28,13 +28,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..devices import LINEAR_KERNELS, synchronize
+from ..devices import synchronize
 from ..errors import UserError
 from ..model import AOGPT
 from ..orders import READ_ORDERS
 from ..seeding import stream_generator
 from .decoder import CachedDecoder
-from .options import BACKENDS, COUNTS, SCHEDULES
+from .graphs import resolve_graphs
+from .options import BACKENDS, COUNTS, GRAPHS, LINEAR_KERNELS, SCHEDULES
 from .prompt import Prompt, generation_orders
 from .sampling import (
     SamplingParams,
@@ -44,6 +45,7 @@ from .sampling import (
     sample_tokens,
     step_counts,
 )
+from .static import StaticDecoder, plan_steps, static_decoder, static_slots
 
 
 @dataclass
@@ -58,6 +60,7 @@ class SampleConfig:
     seed: int = 0
     backend: str = "auto"  # auto | sdpa | flex
     linears: str = "auto"  # auto | aten | onednn (linears.py)
+    graphs: str = "auto"  # auto | on | off | compile | static (graphs.py): how each step runs
 
     def validate(
         self,
@@ -78,6 +81,7 @@ class SampleConfig:
             ("counts", self.counts, COUNTS),
             ("backend", self.backend, BACKENDS),
             ("linears", self.linears, LINEAR_KERNELS),
+            ("graphs", self.graphs, GRAPHS),
         ):
             if value not in allowed:
                 raise UserError(f"{name}={value!r} is not supported; allowed: {', '.join(allowed)}")
@@ -141,30 +145,44 @@ def noise_generator(seed: int, device: torch.device | str) -> torch.Generator:
 @dataclass
 class _Run:
     """What both samplers set up the same way: the orders, the noise stream, the cache and the
-    in-order token table with the prompt in it (set up by `_start`, read out by `_finish`)."""
+    in-order token table with the prompt in it (set up by `_start`, read out by `_finish`).
+    With graphs off the cache is sized to the run; otherwise the model's static decoder holds it."""
 
     n: int
     batch: int
     given: int
     device: torch.device
+    graphs: str  # resolved: off | static | on | compile
     orders: torch.Tensor  # (B, n) on CPU
     order_dev: torch.Tensor
     plan: torch.Generator  # orders drawn; a parallel run draws its step counts next
     noise: torch.Generator
     decoder: CachedDecoder | None = None
-    in_order: torch.Tensor | None = None  # in_order[:, j] = x[sigma(j)]; column n is scratch
+    static: StaticDecoder | None = None
+    in_order: torch.Tensor | None = None  # in_order[:, j] = x[sigma(j)]; column n (or later) is scratch
     start_time: float = 0.0
 
-    def start(self, model: AOGPT, config: SampleConfig, prompt: Prompt) -> None:
-        """The timed part begins: the cache and the token table."""
+    def start(self, model: AOGPT, config: SampleConfig, prompt: Prompt, plan=None) -> None:
+        """The timed part begins: the cache and the token table (and a static run's plan)."""
         synchronize(self.device)
         self.start_time = time.perf_counter()
+        if self.graphs != "off":
+            self.static = static_decoder(model, self.batch, config.backend, config.linears, self.graphs)
+            self.static.start(self.orders, prompt.tokens, plan)
+            self.decoder, self.in_order = self.static.decoder, self.static.in_order
+            return
         self.decoder = CachedDecoder(
             model, self.batch, slots=self.n + 1, backend=config.backend, linears=config.linears
         )
         self.in_order = torch.zeros(self.batch, self.n + 1, dtype=torch.long, device=self.device)
         if self.given:
             self.in_order[:, : self.given] = torch.tensor(prompt.tokens, device=self.device)
+
+    def forward(self, cache_len, pending, width, rows) -> torch.Tensor:
+        """One cached forward of a step whose geometry the host decided (host tensors)."""
+        if self.static is not None:
+            return self.static.forward_rows(cache_len, pending, width, rows)
+        return forward_step(self.decoder, self.in_order, self.order_dev, cache_len, pending, width, rows)
 
 
 def _start(
@@ -178,7 +196,8 @@ def _start(
     n, batch, given = config.length, config.num_samples, len(prompt)
     plan = plan_generator(config.seed)
     orders = generation_orders(n, batch, prompt, config.order if order is None else order, plan)
-    run = _Run(n, batch, given, device, orders, orders.to(device), plan, noise_generator(config.seed, device))
+    graphs = resolve_graphs(config.graphs, device)
+    run = _Run(n, batch, given, device, graphs, orders, orders.to(device), plan, noise_generator(config.seed, device))
     return run, prompt
 
 
@@ -208,6 +227,8 @@ def generate(
     run, prompt = _start(model, config, prompt, order, speculative=False)
     n, batch, given, device, noise = run.n, run.batch, run.given, run.device, run.noise
     counts = step_counts(n - given, config.steps, batch, config.schedule, config.counts, run.plan)
+    if run.graphs != "off":
+        return _generate_static(model, config, run, prompt, counts, progress, record)
 
     run.start(model, config, prompt)
     decoder, in_order, order_dev = run.decoder, run.in_order, run.order_dev
@@ -246,6 +267,32 @@ def generate(
 
     tokens, seconds = _finish(run)
     return GenerationResult(tokens, run.orders, given, config.steps, forward_passes, seconds, trace)
+
+
+def _generate_static(model, config, run, prompt, counts, progress, record) -> GenerationResult:
+    """`generate` on the static decoder: the host replays one captured step per planned forward and
+    reads the device once, at the end (static.py)."""
+    plan = plan_steps(counts, run.given)
+    run.start(model, config, prompt, plan)
+    state, trace = run.static, [] if record else None
+    bar = _progress_bar(config.steps, progress)
+    done = 0
+    for k, (width, rows) in enumerate(plan.shapes()):
+        noise = state.noise_view(rows)
+        noise.uniform_(generator=run.noise)  # the dynamic sampler's draw: same generator, shape and order
+        logits = state.decode(
+            (width, rows, config.sampling), state, state.arange(width), state.arange(rows, "r"), noise, config.sampling
+        )
+        if record:
+            trace.append(StepRecord(plan.known[:, k].clone(), plan.counts[:, k].clone(), logits.float().cpu()))
+        bar.update(int(plan.step_of[k]) + 1 - done)
+        done = int(plan.step_of[k]) + 1
+        bar.set_postfix(forwards=k + 1, refresh=False)
+    bar.update(config.steps - done)
+    bar.refresh()
+    bar.close()
+    tokens, seconds = _finish(run)
+    return GenerationResult(tokens, run.orders, run.given, config.steps, plan.steps, seconds, trace)
 
 
 def forward_step(decoder, in_order, order_dev, cache_len, pending, width, rows) -> torch.Tensor:
@@ -340,10 +387,13 @@ def check_sampling_flags(
     return draft
 
 
-def memory_per_sample(args, config: SampleConfig, given: int, itemsize: int, draft: int | str | None = None) -> int:
+def memory_per_sample(
+    args, config: SampleConfig, given: int, itemsize: int, draft: int | str | None = None, static: bool = False
+) -> int:
     """Bytes one more sample of a batch needs while sampling (an estimate from above): its KV cache
-    slots, the logits, noise and probability rows of the widest step, and its order and token rows.
-    The commands refuse a batch that cannot fit before any work instead of swapping."""
+    slots (`static`: every position of the model), the logits, noise and probability rows of the
+    widest step, and its order and token rows. The commands refuse a batch that cannot fit before any
+    work instead of swapping."""
     to_fill = max(1, config.length - given)
     if draft is None:
         rows = -(-to_fill // max(1, min(config.steps, to_fill)))  # tokens of the widest deterministic step
@@ -354,7 +404,8 @@ def memory_per_sample(args, config: SampleConfig, given: int, itemsize: int, dra
         rows = 2 * MAX_DRAFT  # verify rows, then the next drafts
         per_row = args.padded_vocab_size * (itemsize + 4) + args.vocab_size * 8 * 2  # float64 probabilities
         extra = MAX_DRAFT * args.vocab_size * 8  # the drafts' proposals
-    cache = 2 * args.n_layers * (config.length + 1) * args.dim * itemsize
+    slots = static_slots(args.max_seq_len) if static else config.length + 1
+    cache = 2 * args.n_layers * slots * args.dim * itemsize
     activations = (rows + config.length) * args.dim * (4 + 2 * args.mlp_ratio) * itemsize
     return cache + rows * per_row + extra + activations + 8 * 8 * (config.length + 1)
 
@@ -445,7 +496,7 @@ def speculative_generate(
         first_verify = known + 1 - cache_len  # query index of slot known + 1
         rows = torch.where(r < verify[:, None], first_verify[:, None] + r, pending[:, None] - 1 + (r - verify[:, None]))
         rows = torch.clamp(torch.where(active[:, None], rows, 0), min=0, max=int(width.max()) - 1)
-        logits = forward_step(decoder, in_order, order_dev, cache_len, pending, width, rows)
+        logits = run.forward(cache_len, pending, width, rows)
         forwards += 1
         probs = filtered_scores(logits, args.vocab_size, config.sampling).softmax(dim=-1)  # processed, float64
 

@@ -62,28 +62,44 @@ class FlexStepMask:
         self.cache_len.copy_(cache_len)
         self.pending.copy_(pending)
         self.width.copy_(width)
-        bs, device = self.block_size, self.cache_len.device
-        n_q, n_kv = -(-q_len // bs), -(-kv_len // bs)
-        c, p, w = (t.view(-1, 1) for t in (self.cache_len, self.pending, self.width))
-        q_lo = torch.arange(n_q, device=device).view(1, -1) * bs
-        q_hi = torch.clamp(q_lo + bs, max=q_len) - 1
-        any_valid = q_lo < w
-        all_valid = q_hi < w
-        # rows of a q block reach at most kv = cache_len + (last valid q); padding rows reach kv 0
-        last_kv = torch.where(any_valid, c + torch.minimum(q_hi, w - 1), 0)
-        touched = last_kv // bs + 1
-        # a kv block is full when every row of the q block sees all of it through the shared part
-        full = torch.where(all_valid, (c + torch.minimum(q_lo, p - 1)) // bs, 0)
-        full = torch.minimum(full, touched)
-        blocks = torch.arange(n_kv, device=device, dtype=torch.int32)
-        full_idx = blocks.expand(*full.shape, n_kv)
-        partial_idx = torch.clamp(full.unsqueeze(-1).int() + blocks, max=n_kv - 1)
-        return BlockMask.from_kv_blocks(
-            (touched - full).int().unsqueeze(1),
-            partial_idx.unsqueeze(1).contiguous(),
-            full.int().unsqueeze(1),
-            full_idx.unsqueeze(1).contiguous(),
-            BLOCK_SIZE=bs,
-            mask_mod=self.mask_mod,
-            seq_lengths=(q_len, kv_len),
-        )
+        return step_block_mask(self.cache_len, self.pending, self.width, q_len, kv_len, self.mask_mod, self.block_size)
+
+
+def step_block_mask(
+    cache_len: torch.Tensor,
+    pending: torch.Tensor,
+    width: torch.Tensor,
+    q_len: int,
+    kv_len: int,
+    mask_mod,
+    block_size: int = FLEX_BLOCK,
+) -> BlockMask:
+    """The BlockMask of a step from the per-sample (B,) device tensors, by tensor ops alone (no host
+    reads: the static step builds it inside a CUDA graph). Only the kv block lists are built: the
+    forward never reads the q-block lists, whose transposes cost ~1 ms of CPU per step."""
+    bs, device = block_size, cache_len.device
+    n_q, n_kv = -(-q_len // bs), -(-kv_len // bs)
+    c, p, w = (t.view(-1, 1) for t in (cache_len, pending, width))
+    q_lo = torch.arange(n_q, device=device).view(1, -1) * bs
+    q_hi = torch.clamp(q_lo + bs, max=q_len) - 1
+    any_valid = q_lo < w
+    all_valid = q_hi < w
+    # rows of a q block reach at most kv = cache_len + (last valid q); padding rows reach kv 0
+    last_kv = torch.where(any_valid, c + torch.minimum(q_hi, w - 1), 0)
+    touched = torch.clamp(last_kv // bs + 1, max=n_kv)
+    # a kv block is full when every row of the q block sees all of it through the shared part
+    full = torch.where(all_valid, (c + torch.minimum(q_lo, p - 1)) // bs, 0)
+    full = torch.minimum(full, touched)
+    blocks = torch.arange(n_kv, device=device, dtype=torch.int32)
+    full_idx = blocks.expand(*full.shape, n_kv)
+    partial_idx = torch.clamp(full.unsqueeze(-1).int() + blocks, max=n_kv - 1)
+    return BlockMask.from_kv_blocks(
+        (touched - full).int().unsqueeze(1),
+        partial_idx.unsqueeze(1).contiguous(),
+        full.int().unsqueeze(1),
+        full_idx.unsqueeze(1).contiguous(),
+        BLOCK_SIZE=bs,
+        mask_mod=mask_mod,
+        seq_lengths=(q_len, kv_len),
+        compute_q_blocks=False,
+    )

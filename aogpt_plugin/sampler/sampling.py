@@ -87,8 +87,15 @@ def gumbel_argmax(
         noise = torch.empty(scores.shape, dtype=torch.float64, device=scores.device)
     else:
         noise = workspace[: scores.numel()].view(scores.shape)
-    noise.uniform_(generator=generator).log_().neg_().log_().neg_()
-    return noise.add_(scores).argmax(dim=-1)
+    noise.uniform_(generator=generator)
+    return gumbel_max(scores, noise)
+
+
+def gumbel_max(scores: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """argmax(scores + Gumbel) from uniforms in [0, 1) of the same shape, drawn beforehand (they are
+    overwritten with the noise). Split from the draw so that a captured decode step can take noise
+    drawn outside it: the draw, and so every sample of a seed, stays the same."""
+    return uniform.log_().neg_().log_().neg_().add_(scores).argmax(dim=-1)
 
 
 def sample_tokens(

@@ -62,3 +62,28 @@ def test_ar_decode_is_seeded(gpt_model):
         return ar_generate(gpt_model, 10, batch=2, generator=torch.Generator().manual_seed(seed)).tokens
 
     assert torch.equal(run(0), run(0)) and not torch.equal(run(0), run(1))
+
+
+@pytest.mark.parametrize("graphs", ["static", "on"])
+def test_the_static_encoder_step_samples_what_the_loop_samples(graphs):
+    """The encoder baseline gets the AO sampler's treatment (fixed buffers, a captured step) and keeps
+    its samples; a second run reuses the same state."""
+    torch.manual_seed(0)
+    model = build_encoder_mdm(ARGS, "cpu")
+    for steps, counts in ((24, "deterministic"), (6, "binomial")):
+        ref = encoder_generate(model, 24, steps, batch=3, counts=counts, seed=1, linears="aten")
+        for _ in range(2):
+            got = encoder_generate(model, 24, steps, batch=3, counts=counts, seed=1, linears="aten", graphs=graphs)
+            assert torch.equal(got.tokens, ref.tokens) and got.forward_passes == ref.forward_passes
+
+
+@pytest.mark.parametrize("graphs", ["static", "on"])
+def test_ar_decoding_with_graphs_is_the_static_step_in_left_to_right_order(gpt_model, graphs):
+    """What the benchmark times as AR with graphs on: generate at T=n, identity order, on the plain GPT,
+    sampling exactly what the gpt-fast decode loop samples with the same noise stream."""
+    from aogpt_plugin.sampler import SampleConfig, generate, noise_generator
+
+    n = 16
+    config = SampleConfig(length=n, steps=n, num_samples=3, order="l2r", seed=9, graphs=graphs)
+    ar = ar_generate(gpt_model, n, batch=3, generator=noise_generator(9, "cpu"))
+    assert torch.equal(generate(gpt_model, config).tokens, ar.tokens)

@@ -66,6 +66,7 @@ def test_json_run_reports_every_variant_and_round(capsys, tmp_path):
         lo, hi = out["ratio_range"][key]
         assert 0 < lo <= out[key] <= hi
     assert out["command"].startswith("aogpt bench sampler --flavor debugmodel --n 8 --batch 1 --repeats 2")
+    assert out["graphs"] == "off" and set(out["ms_per_forward"]) == set(out["rounds"][0])
     # the package writes no repository file; the script turns the printed JSON into the docs row
     (tmp_path / "run.json").write_text(printed)
     docs = tmp_path / "bench.md"
@@ -110,3 +111,13 @@ def test_a_trained_model_times_speculative_sampling_against_t_n_and_ar(capsys, t
 def test_bad_arguments_are_one_line_errors(argv, message):
     with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
         bench_command.check_args(parse(argv))
+
+
+def test_graphs_apply_to_every_variant(capsys):
+    """With --graphs the AO sampler, the encoder and AR all run static steps (the row says so)."""
+    args = parse(["--flavor", "debugmodel", "--n", "8", "--repeats", "1", "--graphs", "static", "--json"])
+    assert bench_command.run(args) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["graphs"] == "static" and "--graphs static" in out["command"]
+    assert out["ao_forward_passes"] == {"8": 8, "2": 2, "1": 1} and out["ar_forward_passes"] == 8
+    assert out["encoder_forward_passes"] == {"8": 8, "2": 2, "1": 1}

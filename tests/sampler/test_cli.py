@@ -152,3 +152,26 @@ def test_a_terminal_that_cannot_show_the_text_gets_it_escaped(model_dir):
     proc = _sample_process(model_dir, env={"PYTHONIOENCODING": "ascii"})  # the samples hold non-ASCII bytes
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]
     assert b"Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [],  # T = n
+        ["--steps", "5", "--counts", "binomial"],  # parallel, ragged steps
+        ["--infill", '{"spans": [{"start": 0, "tokens": [5, 6]}, {"start": 9, "tokens": [7]}]}', "--steps", "4"],
+        ["--speculative", "auto"],
+    ],
+    ids=["T=n", "binomial", "prompt", "speculative"],
+)
+def test_graphs_on_samples_what_graphs_off_samples(capsys, model_dir, extra):
+    """On a CPU `--graphs on` runs the inductor-compiled static step: the same samples as the dynamic sampler."""
+    records = {}
+    for graphs in ("off", "on"):
+        argv = ["sample", "--model", model_dir, "--num-samples", "3", "--length", "16", "--seed", "5", "--json"]
+        code, out, err = run_cli(capsys, [*argv, "--no-progress", "--graphs", graphs, *extra])
+        assert code == 0, err
+        records[graphs] = json.loads(out)
+    assert records["on"]["tokens"] == records["off"]["tokens"]
+    assert records["on"]["forward_passes"] == records["off"]["forward_passes"]
+    assert records["on"]["graphs"] == "on"

@@ -154,3 +154,15 @@ def test_draft_sizes_and_their_errors():
         with pytest.raises(UserError, match="allowed: a draft size 1..16 or auto"):
             parse_draft(bad)
     assert auto_draft_size(0.5) == 2 and auto_draft_size(0.9) == 10 and auto_draft_size(1.0) == 16
+
+
+@pytest.mark.parametrize("graphs", ["static", "on"])
+@pytest.mark.parametrize("draft", [3, "auto"])
+def test_the_static_forward_drafts_and_verifies_what_the_dynamic_one_does(ao_model, graphs, draft):
+    """Same tokens and the same rounds (forwards, drafts checked and accepted) with graphs on and off."""
+    config = dict(length=20, steps=17, num_samples=3, seed=4)
+    for prompt in (None, Prompt((0, 5, 6), (7, 8, 9))):
+        ref, ref_stats = speculative_generate(ao_model, SampleConfig(graphs="off", **config), draft, prompt)
+        got, got_stats = speculative_generate(ao_model, SampleConfig(graphs=graphs, **config), draft, prompt)
+        assert torch.equal(got.tokens, ref.tokens)
+        assert got_stats == ref_stats and got.forward_passes == ref.forward_passes

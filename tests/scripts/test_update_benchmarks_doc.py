@@ -79,3 +79,28 @@ def test_a_speculative_run_goes_to_its_own_table_and_leaves_the_sampler_table_al
     assert both.startswith(sampler) and SPEC_START in both and SPEC_END in both
     assert "| 16 / 7 / 16 | 0.438 | 2.00x [1.80x, 2.20x] | 0.526 [0.500, 0.600] |" in both
     assert update_text(both, {**spec, "spec_seconds": 0.09}).count("--speculative auto") == 1  # replaced
+
+
+def test_a_graphed_run_goes_to_its_own_table_with_per_forward_times():
+    from update_benchmarks_doc import GRAPH_END, GRAPH_START
+
+    graphed = {
+        **RESULT,
+        "command": "aogpt bench sampler --flavor small --n 1024 --batch 32 --graphs compile --T n",
+        "device": "NVIDIA H100 80GB HBM3",
+        "n": 1024,
+        "batch": 32,
+        "dtype": "bfloat16",
+        "graphs": "compile",
+        "steps": [1024],
+        "ao_seconds": {"1024": 0.3},
+        "encoder_seconds": {"1024": 9.0},
+        "ms_per_forward": {"ao 1024": 0.293, "encoder 1024": 8.789, "ar": 0.281},
+        "ao_vs_encoder_speedup": 30.0,
+        "ao_vs_ar_time_ratio": 1.04,
+    }
+    del graphed["ao_quarter_vs_ar_speedup"]  # --T n: no T=n/4 row
+    sampler = update_text("# Benchmarks\n", RESULT)
+    both = update_text(sampler, graphed)
+    assert both.startswith(sampler) and GRAPH_START in both and GRAPH_END in both
+    assert "| bfloat16, compile | 0.293 / 8.789 / 0.281 | 0.300 | 9.000 | 0.950 | 30.00x | 1.040 | - |" in both

@@ -1,0 +1,278 @@
+"""The decode step at fixed shapes over fixed buffers: one function a CUDA graph can capture and replay.
+
+The dynamic sampler (generation.py) sizes every step on the host: it reads the step's widths, slices
+the cache to the longest sample and copies positions to the device, four stream syncs a step, so the
+GPU waits on Python. Here everything a step reads lives on the device at a fixed address, for the
+life of a `StaticDecoder`:
+
+  the KV cache over S slots (every position of the model, rounded up to FlexAttention's block; the
+      last slot is scratch: padded query rows write there and nothing real is ever read from it),
+  per sample: the order (positions), the token table in order (`in_order`), known / cache_len /
+      pending (generation.py's names), the width of the step, and the plan: the tokens it unmasks
+      at each step that runs a forward,
+  the step index, and the float64 noise of the step (drawn outside, with the sampler's generator).
+
+`decode_step` is a pure function of those buffers and of aranges of two sizes: W, the step's width
+bucket (a power of two at least as wide as its widest sample), and R, the rows it draws (its largest
+count). It derives the step's geometry on the device with the dynamic sampler's formulas, writes K/V
+by tensor index, attends over the whole static cache under a mask built on the device from the
+per-sample lengths (a dense mask for SDPA; kv-block lists for FlexAttention, which skips the blocks
+past each sample), draws the tokens and advances the state: no host reads, no branches on values.
+The host knows every step's W and R before it starts, because the counts are drawn up front
+(`plan_steps`), so it only picks the graph to replay.
+
+Same seed, same tokens as the dynamic sampler: the plan generator is consumed the same way, and every
+step draws its uniforms with the same generator, shape and call order (outside the step).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import UserError
+from ..model import AOGPT
+from .decoder import CachedDecoder, decode_model, resolve_backend
+from .graphs import StepRunner, uses_inductor
+from .masks import FLEX_BLOCK, step_block_mask, visible
+from .sampling import SamplingParams, filtered_scores, gumbel_max
+
+
+def static_slots(max_seq_len: int) -> int:
+    """Cache slots of a static decoder: every position plus the scratch slot, rounded up to a flex block."""
+    return -(-(max_seq_len + 1) // FLEX_BLOCK) * FLEX_BLOCK
+
+
+def width_bucket(width: int) -> int:
+    """The static width a step of `width` query slots runs at: the next power of two."""
+    return 1 << max(0, int(width) - 1).bit_length()
+
+
+@dataclass
+class StepPlan:
+    """Every step of a run, known before it starts (per sample, for the steps that run a forward)."""
+
+    counts: torch.Tensor  # (B, T') tokens unmasked
+    known: torch.Tensor  # (B, T') tokens known before the step
+    cache_len: torch.Tensor  # (B, T') slots encoded before the step
+    pending: torch.Tensor  # (B, T') real slots not yet encoded
+    width: torch.Tensor  # (B, T') query slots fed (0: the sample sits the step out)
+    step_of: torch.Tensor  # (T',) the index among all T steps of each step that runs
+
+    @property
+    def steps(self) -> int:
+        return self.counts.shape[1]
+
+    def shapes(self) -> list[tuple[int, int]]:
+        """(W, R) of every step: the width bucket and the rows drawn."""
+        widths, rows = self.width.max(dim=0).values.tolist(), self.counts.max(dim=0).values.tolist()
+        return [(width_bucket(w), r) for w, r in zip(widths, rows, strict=True)]
+
+
+def plan_steps(counts: torch.Tensor, given: int) -> StepPlan:
+    """The state before every step, from the (B, T) counts: the dynamic sampler's bookkeeping
+    (generation.py), for all steps at once. Steps where no sample unmasks run no forward and are dropped."""
+    runs = counts.max(dim=0).values > 0
+    counts, step_of = counts[:, runs], runs.nonzero().squeeze(1)
+    batch, steps = counts.shape
+    known = given + counts.cumsum(dim=1) - counts
+    active = counts > 0
+    # cache_len before a step: 1 + the tokens known before the sample's last active step, 0 before any
+    step_ids = torch.where(active, torch.arange(steps), -1)
+    last_active = torch.cat([torch.full((batch, 1), -1), step_ids.cummax(dim=1).values[:, :-1]], dim=1)
+    cache_len = torch.where(last_active >= 0, known.gather(1, last_active.clamp(min=0)) + 1, 0)
+    pending = known + 1 - cache_len
+    width = torch.where(active, pending + counts - 1, 0)
+    return StepPlan(counts, known, cache_len, pending, width, step_of)
+
+
+class StaticDecoder:
+    """The fixed buffers of static decoding for one (model view, batch) and the steps that run on them.
+
+    Built once and reused by every generation of the same model, batch and attention (graphs and
+    compiled code are tied to its buffers' addresses); `static_decoder` keeps one per decode view.
+    """
+
+    def __init__(self, model: AOGPT, batch: int, backend: str, linears: str, mode: str):
+        args = model.model_args
+        self.slots = static_slots(args.max_seq_len)
+        self.scratch = self.slots - 1
+        self.vocab_size = args.vocab_size
+        self.decoder = CachedDecoder(model, batch, self.slots, backend, linears, static=True)
+        self.batch, self.device, self.mode = batch, self.decoder.device, mode
+        # the long-valued state in one flat buffer, so a run's set-up is one copy from pinned memory
+        b, s = batch, self.slots
+        sizes = {"order": b * s, "in_order": b * s, "plan": b * s, "rows": b * s}
+        sizes.update({name: b for name in ("known", "cache_len", "pending", "width")}, step_index=1)
+        self._flat = torch.zeros(sum(sizes.values()), dtype=torch.long, device=self.device)
+        pin = self.device.type == "cuda"
+        self._staging = torch.zeros(self._flat.shape, dtype=torch.long, pin_memory=pin)
+        self._staged = torch.cuda.Event() if pin else None  # the last copy out of the staging buffer
+        self._views = {}
+        start = 0
+        for name, size in sizes.items():
+            shape = (b, s) if size == b * s else (size,)
+            self._views[name] = (start, size, shape)
+            start += size
+        v = self.view
+        self.order, self.in_order, self.plan, self.rows = v("order"), v("in_order"), v("plan"), v("rows")
+        self.known, self.cache_len, self.pending, self.width = v("known"), v("cache_len"), v("pending"), v("width")
+        self.step_index = v("step_index")
+        self.kv_index = torch.arange(s, device=self.device)
+        self._aranges: dict[tuple[str, int], torch.Tensor] = {}
+        self.noise = torch.empty(0, dtype=torch.float64, device=self.device)
+        self.decode = StepRunner(decode_step, mode, self.device)
+        self.forward = StepRunner(forward_step, mode, self.device)
+        if self.decoder.backend == "flex":
+            cache_len, pending, width = self.cache_len, self.pending, self.width
+
+            def mask_mod(b, h, q_idx, kv_idx):
+                return visible(q_idx, kv_idx, cache_len[b], pending[b], width[b])
+
+            self.mask_mod = mask_mod
+
+    def view(self, name: str, flat: torch.Tensor | None = None) -> torch.Tensor:
+        start, size, shape = self._views[name]
+        return (self._flat if flat is None else flat)[start : start + size].view(shape)
+
+    def arange(self, length: int, role: str = "q") -> torch.Tensor:
+        """A cached arange(length) on the device: the inputs that give a step its shape. One per role
+        (q: query slots, r: rows drawn), so W == R does not alias them (a separate compile)."""
+        key = (role, length)
+        if key not in self._aranges:
+            self._aranges[key] = torch.arange(length, device=self.device)
+        return self._aranges[key]
+
+    def noise_view(self, rows: int) -> torch.Tensor:
+        """(B, rows, V) float64 noise at the start of the workspace: where a step's uniforms are drawn
+        (the dynamic sampler's shape, so a seed gives the same draws) and where its step reads them."""
+        need = self.batch * rows * self.vocab_size
+        if self.noise.numel() < need:  # graphs read the old buffer: forget them
+            self.noise = torch.empty(need, dtype=torch.float64, device=self.device)
+            self.decode.reset()
+        return self.noise[:need].view(self.batch, rows, self.vocab_size)
+
+    # ---- a run ------------------------------------------------------------------------------
+    def start(self, orders: torch.Tensor, given_tokens: tuple[int, ...], plan: StepPlan | None = None) -> None:
+        """Every per-run buffer from the host in one non-blocking copy, and the noise workspace for
+        the plan's widest draw (the KV cache is not cleared: the masks never show a slot before this
+        run writes it)."""
+        staging = self._staging_free()
+        staging.zero_()
+        n, given = orders.shape[1], len(given_tokens)
+        self.view("order", staging)[:, :n] = orders
+        if given:
+            self.view("in_order", staging)[:, :given] = torch.tensor(given_tokens)
+        if plan is not None:
+            self.view("plan", staging)[:, : plan.steps] = plan.counts
+            self.noise_view(int(plan.counts.max()))
+        self.view("known", staging).fill_(given)
+        self.view("pending", staging).fill_(given + 1)
+        self._flat.copy_(staging, non_blocking=True)
+        self._staging_used()
+
+    def _staging_free(self) -> torch.Tensor:
+        """The pinned staging buffer, once the copy out of it that may still be in flight is done."""
+        if self._staged is not None and not self._staged.query():
+            self._staged.synchronize()
+        return self._staging
+
+    def _staging_used(self) -> None:
+        if self._staged is not None:
+            self._staged.record()
+
+    def forward_rows(self, cache_len: torch.Tensor, pending: torch.Tensor, width: torch.Tensor, rows: torch.Tensor):
+        """Logits (B, R, padded vocab) of a forward whose geometry the host decided (the speculative
+        sampler's rounds): the (B,) host tensors and rows (B, R) go to the device buffers, padded to
+        the step's shape bucket, then the step runs."""
+        staging, rows_len = self._staging_free(), rows.shape[1]
+        width_q, rows_r = width_bucket(int(width.max())), width_bucket(rows_len)
+        for name, value in (("cache_len", cache_len), ("pending", pending), ("width", width)):
+            self.view(name, staging).copy_(value)
+            self.view(name).copy_(self.view(name, staging), non_blocking=True)
+        padded = self.view("rows", staging)[:, :rows_r]
+        padded.zero_()
+        padded[:, :rows_len] = rows
+        self.rows[:, :rows_r].copy_(padded, non_blocking=True)
+        self._staging_used()
+        q = self.arange(width_q)
+        logits = self.forward((width_q, rows_r), self, q, self.rows[:, :rows_r])
+        return logits[:, :rows_len]
+
+    def mask(self, q: torch.Tensor, width: torch.Tensor):
+        """The step's attention mask over the whole cache: a BlockMask (flex) or a dense (B, 1, W, S) one."""
+        if self.decoder.backend == "flex":
+            return step_block_mask(self.cache_len, self.pending, width, q.shape[0], self.slots, self.mask_mod)
+        per_sample = [t.view(-1, 1, 1, 1) for t in (self.cache_len, self.pending, width)]
+        return visible(q.view(1, 1, -1, 1), self.kv_index.view(1, 1, 1, -1), *per_sample)
+
+
+def _forward(state: StaticDecoder, width: torch.Tensor, q: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """One cached forward of the step described by the state's cache_len and pending and `width`;
+    logits (B, R, padded vocab) of query rows `rows` (B, R). generation.forward_step's formulas."""
+    decoder, cache_len, pending = state.decoder, state.cache_len[:, None], state.pending[:, None]
+    qs = q.view(1, -1)
+    valid = qs < width[:, None]
+    slot = cache_len + qs  # cache slot (= decoder slot) of query q; also its target index
+    reads = torch.where(valid, cache_len + torch.minimum(qs, pending - 1), 0)
+    write = torch.where(valid, slot, state.scratch)
+    targets_at = torch.where(valid, slot, 0)
+    prev = (reads - 1).clamp(min=0)
+    h, cond = decoder.embed(
+        state.in_order.gather(1, prev), state.order.gather(1, prev), reads == 0, state.order.gather(1, targets_at)
+    )
+    h = decoder.forward(h, cond, write, state.mask(q, width), state.slots)
+    return decoder.logits(h, cond, rows)
+
+
+def decode_step(
+    state: StaticDecoder, q: torch.Tensor, r: torch.Tensor, noise: torch.Tensor, sampling: SamplingParams
+) -> torch.Tensor:
+    """Step `state.step_index` of the plan: W = len(q) query slots, R = len(r) rows drawn with the
+    uniforms in `noise` (B, R, V). Advances the state in place; returns the step's logits (B, R, padded V)."""
+    new = state.plan.index_select(1, state.step_index).squeeze(1)
+    known, cache_len, pending = state.known, state.cache_len, state.pending
+    active = new > 0
+    width = torch.where(active, pending + new - 1, 0)
+    state.width.copy_(width)
+    rows = torch.clamp(pending[:, None] - 1 + r, max=q.shape[0] - 1)
+    logits = _forward(state, width, q, rows)
+    tokens = gumbel_max(filtered_scores(logits, state.vocab_size, sampling), noise)
+    dest = torch.where(r < new[:, None], known[:, None] + r, state.scratch)
+    state.in_order.scatter_(1, dest, tokens)
+    cache_len.copy_(torch.where(active, known + 1, cache_len))
+    known.add_(new)
+    pending.copy_(known + 1 - cache_len)
+    state.step_index.add_(1)
+    return logits
+
+
+def forward_step(state: StaticDecoder, q: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """A forward whose geometry the host set (`StaticDecoder.forward_rows`)."""
+    return _forward(state, state.width, q, rows)
+
+
+def static_decoder(model: AOGPT, batch: int, backend: str, linears: str, mode: str) -> StaticDecoder:
+    """The model's static decoder for this batch, attention and mode: reused while they stay the same
+    (its graphs with it), rebuilt otherwise. One per decode view, so a model whose weights changed
+    gets a new one with its new view."""
+    device = model.tok_embeddings.weight.device
+    if uses_inductor(mode, device):  # inductor lowers aten Linears (and packs them itself), not oneDNN's
+        if linears == "onednn":
+            raise UserError(f"linears='onednn' cannot be compiled (graphs={mode!r}); allowed with it: auto, aten")
+        linears = "aten"
+    view = decode_model(model, linears)
+    resolved = resolve_backend(backend, device, model.model_args.head_dim)
+    if resolved == "flex" and uses_inductor(mode, device) and device.type != "cuda":
+        raise UserError(
+            f"backend='flex' cannot be compiled into the step on {device.type} (graphs={mode!r}: inductor "
+            "lowers FlexAttention there only alone); allowed with it: sdpa, auto"
+        )
+    key = (batch, resolved, view.linears, mode)
+    state = view.static.get("decoder")
+    if state is None or view.static.get("key") != key:
+        view.static.clear()  # one at a time: its KV cache spans every position
+        state = StaticDecoder(model, batch, backend, linears, mode)
+        state.decoder.view.static.update(decoder=state, key=key)
+    return state

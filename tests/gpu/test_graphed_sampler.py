@@ -1,0 +1,117 @@
+"""The static decode step replayed from CUDA graphs, on a GPU only (`pytest -m gpu`; scripts/gpu_check.sh's
+sampler part): replay == the eager static step bitwise, no host sync while the steps run, the dynamic
+sampler's tokens on the sharp fixture, and FlexDecoding as the lowered attention kernel."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import tiny_model
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (run on the GPU machine)"),
+]
+
+
+def _small(dtype=torch.bfloat16):
+    from aogpt_plugin.bench.sampler_speed import build_decoder
+
+    return build_decoder("small", "adaln", "cuda", dtype)
+
+
+CASES = [dict(steps=64, counts="deterministic"), dict(steps=16, counts="binomial")]  # T = n and n/4, n = 64
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+@pytest.mark.parametrize("case", CASES, ids=["T=n", "T=n/4-binomial"])
+def test_graph_replay_equals_the_eager_static_step_bitwise(batch, case):
+    """`small` in bf16: the captured step (on) and the inductor step captured (compile) give the eager
+    static step's tokens and logits bit for bit (same kernels, same shapes; compile: same tokens)."""
+    from aogpt_plugin.sampler import SampleConfig, generate
+
+    model = _small()
+    runs = {}
+    modes = ("static", "on", "compile") if case["counts"] == "deterministic" else ("static", "on")  # compile: 1 shape
+    for graphs in modes:
+        config = SampleConfig(length=64, num_samples=batch, seed=7, graphs=graphs, **case)
+        generate(model, config)  # warm-up: every step shape captured
+        runs[graphs] = generate(model, config, record=True)
+    eager, replayed = runs["static"], runs["on"]
+    assert torch.equal(replayed.tokens, eager.tokens)
+    for a, b in zip(eager.trace, replayed.trace, strict=True):
+        assert torch.equal(a.logits, b.logits)
+    if "compile" in runs:
+        assert torch.equal(runs["compile"].tokens, eager.tokens)
+    assert replayed.forward_passes == eager.forward_passes
+
+
+def test_no_host_sync_while_the_steps_replay(monkeypatch):
+    """After a warm-up run, a run with new seeds replays every step without one stream sync: set-up and the
+    step loop run under sync debug mode 'error' (only the final read of the samples syncs)."""
+    from aogpt_plugin.sampler import SampleConfig, generate, generation
+
+    model = tiny_model("adaln", preset="sampler").cuda()
+    config = SampleConfig(length=32, steps=32, num_samples=4, seed=1, graphs="on")
+    generate(model, config)
+    progress_bar, finish = generation._progress_bar, generation._finish
+
+    def strict_from_here(*args, **kwargs):  # called after the run's set-up copy, before the first step
+        torch.cuda.set_sync_debug_mode("error")
+        return progress_bar(*args, **kwargs)
+
+    def lenient_finish(run):
+        torch.cuda.set_sync_debug_mode("default")
+        return finish(run)
+
+    monkeypatch.setattr(generation, "_progress_bar", strict_from_here)
+    monkeypatch.setattr(generation, "_finish", lenient_finish)
+    try:
+        config.seed = 2
+        result = generate(model, config)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert result.forward_passes == 32
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "flex"])
+@pytest.mark.parametrize("counts", ["deterministic", "binomial"])
+def test_graphs_sample_the_dynamic_samplers_tokens_on_the_sharp_fixture(backend, counts):
+    from aogpt_plugin.sampler import SampleConfig, generate
+
+    model = tiny_model("adaln", preset="sampler").cuda()
+    config = dict(length=23, steps=7 if counts == "binomial" else 23, num_samples=3, counts=counts, seed=3)
+    ref = generate(model, SampleConfig(graphs="off", backend=backend, **config), record=True)
+    for graphs in ("on", "compile"):
+        got = generate(model, SampleConfig(graphs=graphs, backend=backend, **config), record=True)
+        assert torch.equal(got.tokens, ref.tokens), graphs
+        for a, b, rec in zip(got.trace, ref.trace, ref.trace, strict=True):
+            used = torch.arange(a.logits.shape[1]) < rec.counts[:, None]
+            torch.testing.assert_close(a.logits[used], b.logits[used], atol=2e-4, rtol=1e-4)
+
+
+def test_flex_decoding_is_the_lowered_kernel_of_a_t_n_step():
+    """At W = 1 with a static batch, inductor lowers the static step's FlexAttention to FlexDecoding (its
+    split-KV template), not the prefill kernel."""
+    from torch._inductor.utils import run_and_get_code
+
+    from aogpt_plugin.sampler import SampleConfig, generate
+
+    model = tiny_model("adaln", preset="sampler").cuda()
+    config = SampleConfig(length=32, steps=32, num_samples=4, seed=1, graphs="on", backend="flex")
+    torch._dynamo.reset()
+    with torch._inductor.config.patch(fx_graph_cache=False):
+        _, code = run_and_get_code(generate, model, config)
+    source = "\n".join(code)
+    assert "SPLIT_KV" in source, "no FlexDecoding kernel in the generated code"
+
+
+def test_the_bench_runs_graphed_on_cuda(capsys):
+    import json
+
+    from aogpt_plugin.cli import main
+
+    argv = ["bench", "sampler", "--flavor", "tiny", "--n", "64", "--batch", "2", "--repeats", "1", "--graphs", "on"]
+    assert main([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["graphs"] == "on" and out["ao_forward_passes"]["64"] == 64

@@ -1,0 +1,235 @@
+"""The static decode step (sampler/static.py): the dynamic sampler's samples, at fixed shapes, with no host
+reads, no graph breaks, no recompiles and no moving buffers -- what lets a GPU replay it from CUDA graphs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch._dynamo.utils as dynamo_utils
+from conftest import tiny_model
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from aogpt_plugin.sampler import Prompt, SampleConfig, SamplingParams, generate, generation
+from aogpt_plugin.sampler.prompt import generation_orders
+from aogpt_plugin.sampler.sampling import step_counts
+from aogpt_plugin.sampler.static import decode_step, plan_steps, static_decoder, static_slots, width_bucket
+
+from .test_generate import assert_cache_exact
+
+N = 23
+# The sampler test matrix: T = n, parallel deterministic and binomial (ragged) steps under both time grids,
+# batch sizes 1 to 4, a scattered prompt, user orders, left to right, top-k/top-p/temperature.
+MATRIX = {
+    "T=n": dict(steps=N, num_samples=3),
+    "deterministic-linear-B1": dict(steps=7, num_samples=1),
+    "deterministic-cosine": dict(steps=7, schedule="cosine", num_samples=4),
+    "binomial-linear": dict(steps=5, counts="binomial", num_samples=3),
+    "binomial-cosine": dict(steps=11, counts="binomial", schedule="cosine", num_samples=3),
+    "prompt-binomial": dict(
+        steps=4, counts="binomial", num_samples=2, prompt=Prompt((0, 1, 9, 17, 18), (5, 6, 7, 8, 9))
+    ),
+    "user-order": dict(
+        steps=N,
+        num_samples=2,
+        order=torch.stack([torch.randperm(N, generator=torch.Generator().manual_seed(1)), torch.arange(N - 1, -1, -1)]),
+    ),
+    "l2r": dict(steps=N, num_samples=2, order_name="l2r"),
+    "filtered-T=n/2": dict(steps=11, num_samples=2, sampling=SamplingParams(temperature=0.8, top_k=20, top_p=0.9)),
+}
+
+
+def _run(model, case: dict, graphs: str, backend: str = "sdpa", seed: int = 3, length: int = N):
+    case = dict(case)
+    prompt, order = case.pop("prompt", None), case.pop("order", None)
+    order_name = case.pop("order_name", "random")
+    config = SampleConfig(length=length, order=order_name, seed=seed, backend=backend, graphs=graphs, **case)
+    return generate(model, config, prompt, order=order, record=True)
+
+
+@pytest.fixture
+def generators(monkeypatch):
+    """Every noise generator a run makes, to compare their states after it."""
+    made = []
+
+    def tracked(seed, device):
+        made.append(noise(seed, device))
+        return made[-1]
+
+    noise = generation.noise_generator
+    monkeypatch.setattr(generation, "noise_generator", tracked)
+    return made
+
+
+@pytest.mark.parametrize("case", list(MATRIX))
+@pytest.mark.parametrize("graphs", ["static", "on"])
+def test_the_static_step_samples_what_the_dynamic_sampler_samples(ao_model, generators, case, graphs):
+    """Same tokens, forwards and noise-generator state as graphs=off; cached logits equal recomputation.
+    `on` is the inductor-compiled step on a CPU."""
+    ref = _run(ao_model, MATRIX[case], "off")
+    got = _run(ao_model, MATRIX[case], graphs)
+    assert torch.equal(got.tokens, ref.tokens)
+    assert torch.equal(got.orders, ref.orders)
+    assert got.forward_passes == ref.forward_passes
+    assert torch.equal(generators[0].get_state(), generators[1].get_state())
+    assert_cache_exact(ao_model, got)
+
+
+@pytest.mark.parametrize("case", ["T=n", "binomial-cosine", "prompt-binomial"])
+def test_the_static_step_with_flex_attention(ao_model, case):
+    """The kv-block lists built on the device (FlexAttention) give the dense mask's tokens."""
+    ref = _run(ao_model, MATRIX[case], "off", backend="sdpa")
+    got = _run(ao_model, MATRIX[case], "static", backend="flex")
+    assert torch.equal(got.tokens, ref.tokens)
+    assert_cache_exact(ao_model, got)
+
+
+@pytest.mark.parametrize("conditioning", ["none", "concat"])
+def test_the_static_step_for_the_other_conditionings(conditioning):
+    model = tiny_model(conditioning, preset="sampler")
+    for case in ("T=n", "binomial-linear"):
+        assert torch.equal(_run(model, MATRIX[case], "static").tokens, _run(model, MATRIX[case], "off").tokens)
+
+
+def _state_and_plan(model, batch=3, steps=9, counts="binomial", backend="sdpa", mode="static", given=()):
+    state = static_decoder(model, batch, backend, "aten", mode)
+    counts = step_counts(N - len(given), steps, batch, "linear", counts, torch.Generator().manual_seed(4))
+    plan = plan_steps(counts, len(given))
+    prompt = Prompt(tuple(range(len(given))), tuple(given))
+    state.start(generation_orders(N, batch, prompt, "random", torch.Generator().manual_seed(5)), tuple(given), plan)
+    return state, plan
+
+
+def _step(state, plan, k, sampling=None):
+    sampling = sampling or SamplingParams()
+    width, rows = plan.shapes()[k]
+    noise = state.noise_view(rows).uniform_(generator=torch.Generator().manual_seed(k))
+    return decode_step(state, state.arange(width), state.arange(rows, "r"), noise, sampling)
+
+
+def test_the_host_plan_is_the_state_the_device_reaches(ao_model):
+    """Before every step the device's known / cache_len / pending equal the plan the host made from the
+    counts alone, and each step's width fits its bucket."""
+    state, plan = _state_and_plan(ao_model, given=(4, 5))
+    assert (plan.counts.max(dim=0).values > 0).all() and (plan.counts == 0).any()  # ragged, no empty step
+    for k in range(plan.steps):
+        for name in ("known", "cache_len", "pending"):
+            assert torch.equal(getattr(state, name), getattr(plan, name)[:, k]), (name, k)
+        _step(state, plan, k)
+        assert torch.equal(state.width, plan.width[:, k])
+        assert int(plan.width[:, k].max()) <= plan.shapes()[k][0] == width_bucket(int(plan.width[:, k].max()))
+    assert torch.equal(state.known, torch.full((3,), N))
+
+
+def test_a_step_keeps_every_buffer_where_it_was(ao_model):
+    state, plan = _state_and_plan(ao_model)
+    buffers = [state._flat, state.decoder.cache.k, state.decoder.cache.v, state.noise, *state._aranges.values()]
+    before = [b.data_ptr() for b in buffers]
+    for k in range(plan.steps):
+        _step(state, plan, k)
+    assert [b.data_ptr() for b in buffers] == before
+    for name in ("order", "in_order", "plan", "known", "cache_len", "pending", "width", "step_index"):
+        assert getattr(state, name).data_ptr() == state.view(name).data_ptr()  # views of the one flat buffer
+
+
+class NoHostReads(TorchDispatchMode):
+    """Fails on every operation that reads a device value on the host or moves data between devices."""
+
+    FORBIDDEN = ("_local_scalar_dense", "item", "is_nonzero", "nonzero", "equal")
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if name in self.FORBIDDEN:
+            raise AssertionError(f"host read inside the step: {name}")
+        if name == "_to_copy" and "device" in (kwargs or {}):
+            raise AssertionError(f"device copy inside the step: {kwargs['device']}")
+        return func(*args, **(kwargs or {}))
+
+
+def test_no_host_read_inside_the_step(ao_model):
+    state, plan = _state_and_plan(ao_model)
+    with NoHostReads():
+        for k in range(plan.steps):
+            _step(state, plan, k, SamplingParams(temperature=0.9, top_k=30, top_p=0.95))
+
+
+def test_no_host_read_in_the_flex_block_lists(ao_model):
+    """FlexAttention's kernel cannot run under a dispatch mode; its BlockMask, built in the step, can."""
+    state, plan = _state_and_plan(ao_model, backend="flex")
+    for k in range(plan.steps):
+        width = plan.width[:, k]
+        with NoHostReads():
+            block_mask = state.mask(state.arange(plan.shapes()[k][0]), width)
+        assert block_mask.kv_num_blocks.shape == (3, 1, 1)
+        _step(state, plan, k)
+
+
+def test_the_mode_fails_when_the_step_reads_the_host():
+    """The check above can fail: `.item()` on a tensor is caught."""
+    with pytest.raises(AssertionError, match="host read"), NoHostReads():
+        torch.ones(2).sum().item()
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "flex"])
+def test_the_step_is_one_graph(ao_model, backend):
+    state, plan = _state_and_plan(ao_model, backend=backend)
+    width, rows = plan.shapes()[0]
+    noise = state.noise_view(rows).uniform_()
+    explained = torch._dynamo.explain(decode_step)(
+        state, state.arange(width), state.arange(rows, "r"), noise, SamplingParams(top_p=0.9)
+    )
+    assert explained.graph_break_count == 0, explained.break_reasons
+    assert explained.graph_count == 1
+
+
+def test_a_second_generation_with_new_seeds_and_lengths_compiles_nothing(ao_model):
+    """T = n runs one step shape: after one run, runs of other lengths and seeds reuse its compiled step."""
+    run = lambda length, seed: generate(
+        ao_model, SampleConfig(length=length, steps=length, num_samples=2, seed=seed, graphs="on")
+    )
+    run(N, 0)
+    graphs = dynamo_utils.counters["stats"]["unique_graphs"]
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        run(31, 1)
+        run(12, 2)
+    assert dynamo_utils.counters["stats"]["unique_graphs"] == graphs
+
+
+def test_the_static_decoder_is_reused_and_rebuilt_when_it_must(ao_model):
+    first = static_decoder(ao_model, 2, "sdpa", "aten", "static")
+    assert static_decoder(ao_model, 2, "sdpa", "aten", "static") is first
+    assert static_decoder(ao_model, 3, "sdpa", "aten", "static") is not first  # another batch
+    assert first.slots == static_slots(ao_model.model_args.max_seq_len) and first.slots % 128 == 0
+    model = type(ao_model)(ao_model.model_args)
+    model.load_state_dict(ao_model.state_dict())
+    rebuilt = static_decoder(model, 2, "sdpa", "aten", "static")
+    with torch.no_grad():
+        next(model.parameters()).add_(1.0)  # weights changed: a new decode view, a new static decoder
+    assert static_decoder(model, 2, "sdpa", "aten", "static") is not rebuilt
+
+
+def test_plan_matches_the_dynamic_samplers_bookkeeping():
+    counts = torch.tensor([[2, 0, 0, 3, 1], [0, 0, 1, 4, 1], [1, 0, 1, 1, 2]])
+    plan = plan_steps(counts, given=2)
+    assert plan.steps == 4  # step 1 is empty for everyone
+    known, cache_len = torch.full((3,), 2), torch.zeros(3, dtype=torch.long)
+    for k, step in enumerate([0, 2, 3, 4]):
+        new = counts[:, step]
+        assert torch.equal(plan.known[:, k], known) and torch.equal(plan.cache_len[:, k], cache_len)
+        assert torch.equal(plan.width[:, k], torch.where(new > 0, known + 1 - cache_len + new - 1, 0))
+        cache_len = torch.where(new > 0, known + 1, cache_len)
+        known = known + new
+    assert plan.step_of.tolist() == [0, 2, 3, 4]
+    assert [width_bucket(w) for w in (1, 2, 3, 4, 5, 9)] == [1, 2, 4, 4, 8, 16]
+
+
+@pytest.mark.parametrize("mode", ["static", "on"])
+def test_bad_combinations_are_one_line_errors(ao_model, mode):
+    from aogpt_plugin.errors import UserError
+
+    with pytest.raises(UserError, match="graphs='sometimes' is not supported; allowed: auto, on, off"):
+        generate(ao_model, SampleConfig(length=8, steps=8, graphs="sometimes"))
+    if mode == "on":  # inductor on a CPU
+        with pytest.raises(UserError, match="backend='flex' cannot be compiled into the step on cpu"):
+            generate(ao_model, SampleConfig(length=8, steps=8, graphs=mode, backend="flex"))
+        with pytest.raises(UserError, match="linears='onednn' cannot be compiled"):
+            generate(ao_model, SampleConfig(length=8, steps=8, graphs=mode, linears="onednn"))

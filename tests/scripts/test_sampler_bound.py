@@ -1,0 +1,28 @@
+"""scripts/sampler_bound.py: the roofline arithmetic behind the GPU sampler goals (docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from sampler_bound import bound, main  # noqa: E402
+
+
+def test_the_small_model_bounds_on_an_h100():
+    """247 MB of bf16 weights plus the live KV: 79 us at batch 1; the encoder's forward is compute-bound,
+    so encoder/AO reaches 27x only at n = 1024 and batch 32, and stays under 25x at n = 256."""
+    one = bound("small", 1024, 1, "h100")
+    assert one["ao_mb"] == pytest.approx(266.0, abs=0.1) and one["ao_us"] == pytest.approx(79.4, abs=0.1)
+    assert bound("small", 1024, 32, "h100")["ratio"] == pytest.approx(27.1, abs=0.1)
+    assert max(bound("small", 256, b, "h100")["ratio"] for b in (1, 8, 32, 64)) < 25
+    ratios = [bound("small", 1024, b, "h100")["ratio"] for b in (1, 8, 32, 128)]
+    assert ratios == sorted(ratios)  # the weights are shared by the batch, the encoder's FLOPs are not
+
+
+def test_the_table_prints(capsys):
+    assert main(["--flavors", "small", "--n", "1024", "--batch", "32"]) == 0
+    assert "| small, 1024 | 32 | 851.1 -> 254.1 | 6,879 (9,439) | 27.1x (37.2x) |" in capsys.readouterr().out
