@@ -316,13 +316,9 @@ class LoadedModel:
                 raise InputError(f"order must be a name or a (B, n) tensor of permutations ({e})") from None
         if order.is_floating_point() or order.is_complex() or order.dtype == torch.bool:
             raise InputError(f"order must hold integer positions; got dtype {order.dtype}")
-        order = order.detach().long()
-        if order.is_inference():
-            order = order.clone()
-        if order.dim() == 1:
-            order = order.expand(batch, -1)
-        if tuple(order.shape) != (batch, n):
+        if tuple(order.shape) not in ((batch, n), (n,)):
             raise InputError(f"order has shape {tuple(order.shape)}; allowed: ({batch}, {n}) or ({n},), as the tokens")
+        order = order.detach().long().expand(batch, n)
         wrong = (order.sort(dim=1).values != torch.arange(n, device=order.device)).any(dim=1).nonzero()
         if wrong.numel():
             row = int(wrong[0])
@@ -331,7 +327,7 @@ class LoadedModel:
                 f"order row {row} is not a permutation of 0..{n - 1} (each position exactly once): "
                 f"{shown}{' ...' if n > 12 else ''}"
             )
-        return order.clone()
+        return order.clone()  # a tensor of its own (also when the caller's came from inference mode)
 
     # ---- perplexity as `aogpt eval ppl` reports it ------------------------------------------------
     def score(
@@ -363,8 +359,12 @@ class LoadedModel:
 
         with input_errors():
             check_options(order, orders, ensemble, max_chunks, seq_len, batch_size, spell=_keyword)
-            tokenizer = self.config.build_tokenizer(self._tokenizer_dir, check_vocab=True)
+            tokenizer = self.tokenizer
+            if tokenizer.get_vocab_size() != self.model_args.vocab_size:  # its text is not this model's
+                self.config.build_tokenizer(self._tokenizer_dir, check_vocab=True)  # raises, naming both
             texts = [texts_or_tokens] if isinstance(texts_or_tokens, str) else texts_or_tokens
+            if isinstance(texts, (list, tuple)) and not texts:
+                raise InputError("texts_or_tokens is empty; allowed: documents (strings) or token chunks (C, n)")
             if isinstance(texts, (list, tuple)) and texts and all(isinstance(t, str) for t in texts):
                 n = chunk_length(seq_len, self.model_args.max_seq_len, self.source, spell=_keyword)
                 packed = pack_documents(list(texts), tokenizer, n)

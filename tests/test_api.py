@@ -383,7 +383,8 @@ BAD_LOGPROB = [
     ({"tokens": [[1, 2, 3]], "order": [[0, 0, 2]]}, r"order row 0 is not a permutation of 0..2 .*: \[0, 0, 2\]"),
     ({"tokens": [[1, 2, 3]], "order": [[0, 1, 3]]}, r"order row 0 is not a permutation of 0..2"),
     ({"tokens": [[1, 2], [3, 4]], "order": [[0, 1], [1, 1]]}, r"order row 1 is not a permutation of 0..1"),
-    ({"tokens": [[1, 2, 3]], "order": [0, 1]}, r"order has shape \(1, 2\); allowed: \(1, 3\) or \(3,\)"),
+    ({"tokens": [[1, 2, 3]], "order": [0, 1]}, r"order has shape \(2,\); allowed: \(1, 3\) or \(3,\)"),
+    ({"tokens": [[1, 2, 3]] * 2, "order": [[0, 1, 2]] * 3}, r"order has shape \(3, 3\); allowed: \(2, 3\) or \(3,\)"),
     ({"tokens": [[1, 2]], "order": "r2l"}, r"order 'r2l' is not supported; allowed: None, random, l2r, or a \(B, n\)"),
 ]
 
@@ -423,6 +424,15 @@ def test_bad_score_input_is_one_error_before_any_forward(lm, forwards):
     ):
         with pytest.raises(InputError, match=message):
             lm.score(["1 2 3 4 5", "6 7 8 9 10"], **kwargs)
+    with pytest.raises(InputError, match=r"texts_or_tokens is empty; allowed: documents \(strings\) or token chunks"):
+        lm.score([])
     with pytest.raises(InputError, match=r"token id 61 \(texts_or_tokens row 0, position 0\)"):
         lm.score(torch.full((2, 8), VOCAB))
     assert forwards == []
+
+
+def test_text_the_model_does_not_embed_is_one_error(tmp_path):
+    save_model(tiny_model(preset="sampler"), str(tmp_path / "m"))  # GPT-2's tokenizer over a 61-token model
+    lm = aogpt_plugin.load(tmp_path / "m", device="cpu")
+    with pytest.raises(InputError, match="has a 61-token vocabulary but its tokenizer 'gpt2' has 50257"):
+        lm.score(["hello world"] * 20)
