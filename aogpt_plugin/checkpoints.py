@@ -26,6 +26,14 @@ def has_metadata(step_dir: str) -> bool:
     return os.path.isfile(os.path.join(step_dir, ".metadata"))
 
 
+def is_checkpoint_folder(path: str) -> bool:
+    """A folder `aogpt convert` takes: a DCP checkpoint (.metadata), a `step-N` folder, or a folder of them
+    (complete or not: reading it says what is wrong)."""
+    return (
+        has_metadata(path) or bool(step_folders(path)) or bool(STEP_DIR.match(os.path.basename(os.path.normpath(path))))
+    )
+
+
 def newest_complete_step(folder: str) -> int | None:
     """The newest step whose save finished (the one torchtitan resumes from), or None."""
     complete = [s for s in step_folders(folder) if has_metadata(os.path.join(folder, f"step-{s}"))]

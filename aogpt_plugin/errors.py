@@ -15,6 +15,11 @@ class ConfigError(UserError):
     """A bad configuration value (TOML key, CLI override, model argument)."""
 
 
+class InputError(UserError, ValueError):
+    """A bad value passed to the Python API (`aogpt_plugin.load` and the model it returns): a UserError
+    with the same one-line message, and a ValueError, so Python code catches it as it expects."""
+
+
 def require_at_least(flag: str, value: int | None, low: int, meaning: str) -> None:
     """A numeric CLI argument below its floor is a UserError naming the flag, e.g. `--orders 0`."""
     if value is not None and value < low:

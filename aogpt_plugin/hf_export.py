@@ -388,7 +388,7 @@ def _json_bytes(value, indent: int | None = 2) -> bytes:
 def check_source(src: str, weights: str | None, step: int | None, tokenizer: str | None) -> bool:
     """SRC is a model folder (True) or looks like a checkpoint (False), checked before OUT_DIR is
     taken; the options that pick weights from a checkpoint are refused for a model folder."""
-    from .checkpoints import STEP_DIR, has_metadata, step_folders
+    from .checkpoints import is_checkpoint_folder
     from .model_dir import is_model_folder
 
     if os.path.isfile(src):
@@ -406,7 +406,7 @@ def check_source(src: str, weights: str | None, step: int | None, tokenizer: str
         return True
     if os.path.isfile(os.path.join(src, "config.json")):
         raise UserError(f"SRC {src!r}: its config.json is not an aogpt model folder's (made by `aogpt convert`)")
-    if not (has_metadata(src) or step_folders(src) or STEP_DIR.match(os.path.basename(os.path.normpath(src)))):
+    if not is_checkpoint_folder(src):
         raise UserError(
             f"SRC {src!r} is neither a model folder (no config.json) nor a checkpoint (no .metadata, no step-N folders)"
         )

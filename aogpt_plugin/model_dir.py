@@ -169,23 +169,33 @@ def load_model_dir(
         state = load_file(weights_file, device=str(device))
     except (OSError, SafetensorError) as e:
         raise UserError(f"model directory {path!r}: cannot read model.safetensors ({type(e).__name__})") from None
-    check_finite(state, f"model directory {path!r}")
+    model = model_from_state(state, config.model_args, device, dtype, f"model directory {path!r}", "config.json")
+    return ModelDir(model=model, config=config, path=path)
+
+
+def model_from_state(
+    state: dict[str, torch.Tensor],
+    args: AOGPTModelArgs,
+    device: str | torch.device,
+    dtype: torch.dtype,
+    where: str,
+    args_from: str,
+) -> AOGPT:
+    """The model (eval mode, no grads) holding `state`, checked: finite, and exactly the parameters
+    `args` describe (`where` and `args_from` name the source in the error)."""
+    check_finite(state, where)
     with torch.device("meta"):
-        model = AOGPT(config.model_args)
+        model = AOGPT(args)
     model.to_empty(device=device)
     try:
         missing, unexpected = model.load_state_dict(state, strict=False)
     except RuntimeError as e:  # shape mismatch
-        raise UserError(
-            f"model directory {path!r}: weights do not match config.json ({str(e).splitlines()[-1].strip()})"
-        ) from None
+        raise UserError(f"{where}: weights do not match {args_from} ({str(e).splitlines()[-1].strip()})") from None
     if missing or unexpected:
         raise UserError(
-            f"model directory {path!r}: weights do not match config.json "
-            f"(missing {missing[:3]}, unexpected {unexpected[:3]})"
+            f"{where}: weights do not match {args_from} (missing {missing[:3]}, unexpected {unexpected[:3]})"
         )
-    model.to(dtype).eval().requires_grad_(False)
-    return ModelDir(model=model, config=config, path=path)
+    return model.to(dtype).eval().requires_grad_(False)
 
 
 def check_finite(state: dict[str, torch.Tensor], where: str) -> None:

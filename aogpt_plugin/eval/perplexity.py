@@ -112,3 +112,52 @@ def score_chunks(
                     scores.per_draw_nll[c, k, s] = ensemble_nll(nll, size).mean()
                 bar.update(1)
     return scores
+
+
+@dataclass
+class PerplexityReport:
+    """What `aogpt eval ppl` reports for scored chunks: per ensemble size M, the estimate and the bits
+    per byte of the scored text; `nll`, `ppl` and the standard errors are those of the largest M."""
+
+    scores: ChunkScores
+    estimates: dict[int, Estimate]
+    bits_per_byte: dict[int, float]  # the same NLL spread over the UTF-8 bytes the scored tokens spell
+    text_bytes: int
+
+    @property
+    def final(self) -> Estimate:
+        return self.estimates[self.scores.sizes[-1]]
+
+    @property
+    def nll(self) -> float:
+        """Nats per token."""
+        return self.final.nll
+
+    @property
+    def ppl(self) -> float:
+        return self.final.ppl
+
+    @property
+    def per_chunk_nll(self) -> torch.Tensor:
+        """(chunks, orders) mean NLL per token of each (chunk, order) at the largest M."""
+        return self.scores.per_draw_nll[:, :, -1]
+
+
+def perplexity_report(
+    model,
+    chunks: torch.Tensor,
+    byte_lengths: torch.Tensor,
+    order: str,
+    orders: int = 1,
+    ensemble: int = 1,
+    seed: int = 0,
+    batch_size: int = 8,
+    progress: bool = False,
+) -> PerplexityReport:
+    """Score `chunks` (C, n) as `aogpt eval ppl` does; `byte_lengths` (the tokenizer's, per id) gives
+    bits per byte (models with different tokenizers compare; EOS adds NLL but no bytes)."""
+    scores = score_chunks(model, chunks, order, orders, ensemble, seed, batch_size, progress)
+    estimates = scores.estimates()
+    text_bytes = int(byte_lengths[chunks].sum())
+    bits = {size: e.nll * chunks.numel() / (math.log(2) * text_bytes) for size, e in estimates.items()}
+    return PerplexityReport(scores, estimates, bits, text_bytes)

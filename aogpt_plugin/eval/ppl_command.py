@@ -5,10 +5,11 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections.abc import Callable
 
 from ..devices import Reporter, add_runtime_args, print_json, resolve_device, resolve_dtype
 from ..errors import UserError, require_at_least
-from ..orders import READ_ORDERS
+from ..orders import L2R, READ_ORDERS
 from .benchmarks import BENCHMARKS, PROTOCOL_SEQ_LEN, check_dataset_arg, load_documents, pack_documents
 
 
@@ -31,30 +32,52 @@ def add_to(subparsers) -> None:
     p.set_defaults(run=run)
 
 
-def check_args(args) -> None:
-    require_at_least("--orders", args.orders, 1, "the number of orders per chunk K")
-    require_at_least("--ensemble", args.ensemble, 1, "the ensemble size M")
-    require_at_least("--max-chunks", args.max_chunks, 1, "the number of chunks")
-    require_at_least("--seq-len", args.seq_len, 1, "the chunk length")
-    require_at_least("--batch-size", args.batch_size, 1, "the batch size")
-    if args.order == "l2r" and args.orders > 1:
-        raise UserError(f"--orders {args.orders} needs --order random (left to right has one order)")
-    check_dataset_arg(args.dataset, args.split)
+def flag_name(option: str) -> str:
+    """How `aogpt eval ppl` spells an option in its messages: max_chunks -> --max-chunks."""
+    return "--" + option.replace("_", "-")
 
 
-def chunk_length(requested: int | None, positions: int, model_dir: str) -> int:
+def check_options(
+    order: str,
+    orders: int,
+    ensemble: int,
+    max_chunks: int | None = None,
+    seq_len: int | None = None,
+    batch_size: int = 8,
+    spell: Callable[[str], str] = flag_name,
+) -> None:
+    """The scoring options' rules, shared by `aogpt eval ppl` and the Python API (`spell` names an
+    option as its caller wrote it: a flag, or a keyword)."""
+    if order not in READ_ORDERS:
+        raise UserError(f"{spell('order')} {order!r} is not supported; allowed: {', '.join(READ_ORDERS)}")
+    require_at_least(spell("orders"), orders, 1, "the number of orders per chunk K")
+    require_at_least(spell("ensemble"), ensemble, 1, "the ensemble size M")
+    require_at_least(spell("max_chunks"), max_chunks, 1, "the number of chunks")
+    require_at_least(spell("seq_len"), seq_len, 1, "the chunk length")
+    require_at_least(spell("batch_size"), batch_size, 1, "the batch size")
+    if order == L2R and orders > 1:
+        raise UserError(f"{spell('orders')} {orders} needs {spell('order')} random (left to right has one order)")
+
+
+def chunk_length(requested: int | None, positions: int, model: str, spell: Callable[[str], str] = flag_name) -> int:
+    """The chunk length n: `requested`, else the papers' 1024 capped at the model's positions."""
     if requested is None:
         return min(PROTOCOL_SEQ_LEN, positions)
     if requested > positions:
         raise UserError(
-            f"--seq-len {requested} is above the {positions} positions of {model_dir!r}; allowed: 1..{positions}"
+            f"{spell('seq_len')} {requested} is above the {positions} positions of {model!r}; allowed: 1..{positions}"
         )
     return requested
 
 
+def check_args(args) -> None:
+    check_options(args.order, args.orders, args.ensemble, args.max_chunks, args.seq_len, args.batch_size)
+    check_dataset_arg(args.dataset, args.split)
+
+
 def run(args) -> int:
     from ..model_dir import load_model_dir, read_config
-    from .perplexity import score_chunks
+    from .perplexity import perplexity_report
 
     started = time.perf_counter()
     say = Reporter(args.json)
@@ -87,27 +110,24 @@ def run(args) -> int:
         f"order {args.order}, K={args.orders} orders/chunk, M={args.ensemble}, seed {args.seed}, "
         f"{args.dtype} on {device}"
     )
-    scores = score_chunks(
+    report = perplexity_report(
         model,
         chunks,
+        tokenizer.byte_lengths(),
         args.order,
-        draws=args.orders,
-        members=args.ensemble,
+        orders=args.orders,
+        ensemble=args.ensemble,
         seed=args.seed,
         batch_size=args.batch_size,
         progress=not args.no_progress and sys.stderr.isatty(),
     )
     seconds = time.perf_counter() - started
-    estimates = scores.estimates()
-    # bits per byte of the scored text: the same NLL spread over the UTF-8 bytes its tokens spell, so
-    # models with different tokenizers compare (EOS tokens add NLL but no bytes)
-    text_bytes = int(tokenizer.byte_lengths()[chunks].sum())
-    bits_per_byte = {size: e.nll * chunks.numel() / (math.log(2) * text_bytes) for size, e in estimates.items()}
+    estimates, bits_per_byte, text_bytes = report.estimates, report.bits_per_byte, report.text_bytes
     for size, e in estimates.items():
         say(
             f"M={size:<4d} ppl {e.ppl:.4f}  nll {e.nll:.5f} nats/token  {bits_per_byte[size]:.4f} bits/byte  {_se_text(e)}"
         )
-    cost = scores.cost.as_dict()
+    cost = report.scores.cost.as_dict()
     if args.ensemble > 1:
         say(
             f"cost {cost['computed']:,} forward slots ({cost['needed']:,} needed); the authors' way "
@@ -115,7 +135,7 @@ def run(args) -> int:
         )
     say(f"time {seconds:.1f} s")
 
-    final = estimates[args.ensemble]
+    final = report.final
     if args.json:
         record = {
             "command": "ppl",

@@ -1,8 +1,10 @@
 """`aogpt sample`: draw samples from a converted model folder (see aogpt_plugin/sampler/__init__.py).
 
 Every argument is checked against config.json before the weights are read, so a bad value costs
-one `error:` line (exit 2) and no loading time. Progress goes to stderr; stdout holds only the
-samples (text, or with --json one object that `aogpt eval genppl --samples` also reads).
+one `error:` line (exit 2) and no loading time. The flags become a run through sampler/request.py,
+the path the Python API (`aogpt_plugin.load(...).generate`) takes too. Progress goes to stderr;
+stdout holds only the samples (text, or with --json one object that `aogpt eval genppl --samples`
+also reads).
 """
 
 from __future__ import annotations
@@ -57,59 +59,21 @@ def add_to(subparsers) -> None:
     p.set_defaults(run=run)
 
 
-def _prompt(args, config):
-    """Prompt from --prompt / --infill; text is tokenized only when there is some."""
-    from .prompt import PromptBuilder, parse_infill
+def check_args(args):
+    """(config, SamplePlan) from the command line and config.json alone -- no weights read."""
+    from ..model_dir import read_config
+    from .request import SampleRequest
 
+    config = read_config(args.model)
     tokenizer = None
 
-    def encode(text: str) -> list[int]:
+    def encode(text: str) -> list[int]:  # the tokenizer loads only when there is text to tokenize
         nonlocal tokenizer
         if tokenizer is None:
             tokenizer = config.build_tokenizer(args.model, check_vocab=False)
         return tokenizer.encode(text)
 
-    builder = PromptBuilder()
-    if args.prompt is not None:
-        if not args.prompt:
-            raise UserError("--prompt is empty; leave it out to sample unconditionally")
-        builder.add(0, encode(args.prompt))
-    if args.infill is not None:
-        parse_infill(args.infill, encode, builder)
-    return builder.build()
-
-
-def check_args(args):
-    """(config, SampleConfig, Prompt) from the command line and config.json alone -- no weights read."""
-    from ..model_dir import read_config
-    from .generation import SampleConfig, check_sampling_flags
-    from .sampling import SamplingParams
-
-    args.speculative = check_sampling_flags(args.speculative, args.steps, args.schedule, args.counts)
-    config = read_config(args.model)
-    model_args = config.model_args
-    length = model_args.max_seq_len if args.length is None else args.length
-    if args.length is not None and not 1 <= length <= model_args.max_seq_len:
-        raise UserError(f"--length {length} is outside the model's positions; allowed: 1..{model_args.max_seq_len}")
-    sampling = SamplingParams(args.temperature, args.top_p, args.top_k)
-    prompt = _prompt(args, config)
-    steps = args.steps if args.steps is not None else length - len(prompt)
-    given = {"schedule": args.schedule, "counts": args.counts}  # left out: SampleConfig's defaults
-    sample_config = SampleConfig(
-        length=length,
-        steps=steps,
-        num_samples=args.num_samples,
-        order=args.order,
-        sampling=sampling,
-        seed=args.seed,
-        backend=args.backend,
-        graphs=args.graphs,
-        **{k: v for k, v in given.items() if v is not None},
-    )
-    sample_config.validate(
-        model_args.max_seq_len, prompt, model_args.vocab_size, speculative=args.speculative is not None
-    )
-    return config, sample_config, prompt
+    return config, SampleRequest.from_args(args).plan(config.model_args, encode)
 
 
 def check_fits(model_args, sample_config, prompt, device, dtype, draft, flag: str = "--num-samples") -> None:
@@ -147,28 +111,19 @@ def _parameter_bytes(model_args, itemsize: int) -> int:
 def run(args) -> int:
     from ..devices import device_name, resolve_device, resolve_dtype
     from ..model_dir import load_model_dir
-    from .generation import generate, samples_record
+    from .generation import samples_record
+    from .request import run_plan
 
-    config, sample_config, prompt = check_args(args)
+    config, plan = check_args(args)
+    sample_config, prompt = plan.config, plan.prompt
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype)
-    check_fits(config.model_args, sample_config, prompt, device, dtype, args.speculative)
+    check_fits(config.model_args, sample_config, prompt, device, dtype, plan.draft)
     model_dir = load_model_dir(args.model, device=device, dtype=dtype, verify=args.verify)
-    progress = not args.no_progress
-    speculative = {}
-    if args.speculative is None:
-        result = generate(model_dir.model, sample_config, prompt, progress=progress)
-    else:
-        from .generation import speculative_generate
-
-        result, stats = speculative_generate(
-            model_dir.model, sample_config, args.speculative, prompt, progress=progress
-        )
-        generated = sample_config.length - len(prompt)  # per sample; a forward serves the whole batch
-        speculative = {"speculative": args.speculative, **stats.as_dict(generated, result.forward_passes)}
     tokenizer = model_dir.tokenizer(check_vocab=False)
-    tokens = result.tokens.tolist()
-    texts = [tokenizer.decode(row) for row in tokens]
+    samples = run_plan(model_dir.model, plan, tokenizer.decode, progress=not args.no_progress)
+    result, speculative, texts = samples.result, samples.speculative, samples.texts
+    tokens = samples.tokens.tolist()
     if args.json:
         out = samples_record(
             tokens,
@@ -201,7 +156,7 @@ def run(args) -> int:
         print(f"=== sample {i} ===")
         print(text)
     how = (
-        f"speculative (draft {args.speculative}): {speculative['tokens_per_forward']:.2f} tokens per forward, "
+        f"speculative (draft {plan.draft}): {speculative['tokens_per_forward']:.2f} tokens per forward, "
         f"draft acceptance {speculative['draft_acceptance_rate']:.2f}, "
         if speculative
         else f"{result.steps} steps, "

@@ -46,7 +46,7 @@ BAD = [
     (["--temperature", "0"], "temperature=0.0"),
     (["--temperature", "-1"], "temperature=-1.0"),
     (["--top-k", "0"], "top_k=0"),
-    (["--length", "25"], "--length 25"),
+    (["--length", "25"], "length=25 is outside the model's positions; allowed: 1..24"),
     (["--num-samples", "0"], "num_samples=0"),
     (["--infill", '{"spans": [{"start": 16, "tokens": [1]}]}'], "position 16"),
     (["--infill", '{"spans": [{"start": 3, "tokens": [1, 2]}, {"start": 4, "tokens": [3]}]}'], "given twice"),
