@@ -32,7 +32,8 @@ def test_graph_replay_equals_the_eager_static_step_bitwise(batch, case):
 
     model = _small()
     runs = {}
-    modes = ("static", "on", "compile") if case["counts"] == "deterministic" else ("static", "on")  # compile: 1 shape
+    compiled = case["counts"] == "deterministic" and batch == 8  # one inductor compile of `small` (~a minute)
+    modes = ("static", "on", "compile") if compiled else ("static", "on")
     for graphs in modes:
         config = SampleConfig(length=64, num_samples=batch, seed=7, graphs=graphs, **case)
         generate(model, config)  # warm-up: every step shape captured
@@ -82,7 +83,7 @@ def test_graphs_sample_the_dynamic_samplers_tokens_on_the_sharp_fixture(backend,
     model = tiny_model("adaln", preset="sampler").cuda()
     config = dict(length=23, steps=7 if counts == "binomial" else 23, num_samples=3, counts=counts, seed=3)
     ref = generate(model, SampleConfig(graphs="off", backend=backend, **config), record=True)
-    for graphs in ("on", "compile"):
+    for graphs in ("on", "compile") if counts == "deterministic" else ("on",):
         got = generate(model, SampleConfig(graphs=graphs, backend=backend, **config), record=True)
         assert torch.equal(got.tokens, ref.tokens), graphs
         for a, b, rec in zip(got.trace, ref.trace, ref.trace, strict=True):
