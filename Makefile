@@ -20,10 +20,12 @@ $(VENV)/.installed: pyproject.toml
 setup: $(VENV)/.installed
 
 # A second venv with torchtitan 0.3.0 (what `pip install torchtitan` gives today) for the training tests.
+# 0.3 needs torch >= 2.14 (torch.distributed.set_timeout); 2.14.1 is the newest the registry serves, a
+# CUDA build (about 5.4 GB with its CUDA libraries and triton) that runs on a CPU-only machine too.
 $(VENV03)/.installed: pyproject.toml
 	test -d $(VENV03) || $(PYTHON) -m venv $(VENV03)
 	$(BIN03)/pip install -q --upgrade pip
-	$(BIN03)/pip install -q torch==2.13.0
+	$(BIN03)/pip install -q torch==2.14.1
 	PYTHONWARNINGS='ignore:Editable installation' $(BIN03)/pip install -q -e '.[titan03]' pytest==9.2.0
 	touch $@
 
