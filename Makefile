@@ -42,7 +42,10 @@ lint: setup
 test: lint
 	$(BIN)/pytest
 
-test-titan03: setup-titan03  # the training tests that apply under torchtitan 0.3.0 (its 2-process FSDP resume included)
+# The training tests that apply under torchtitan 0.3.0: 0.2.2's losses through the launcher and through stock
+# `torchrun -m torchtitan.train --module aogpt_plugin --config aogpt_debug` (what GPU users run), the
+# 2-process FSDP resume.
+test-titan03: setup-titan03
 	$(BIN03)/pytest -m 'slow or not slow' tests/training/titan03
 	$(BIN03)/pytest tests/training/test_checkpoint_save.py tests/training/test_stop_request.py \
 	    tests/training/test_sections.py tests/training/test_ema.py tests/training/test_loss.py tests/training/test_versions.py

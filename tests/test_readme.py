@@ -33,7 +33,7 @@ def test_the_sections_hold_the_commands_a_newcomer_needs():
 @pytest.mark.slow
 def test_train_and_convert_blocks_run_verbatim_in_order(tmp_path):
     clone = tmp_path / "repo"
-    shutil.copytree(ROOT, clone, ignore=shutil.ignore_patterns(".git", ".venv", "outputs", "__pycache__", ".whl"))
+    shutil.copytree(ROOT, clone, ignore=shutil.ignore_patterns(".git", ".venv*", "outputs", "__pycache__", ".whl"))
     (tmp_path / "shared").symlink_to(SHARED_DATA.parent)  # ../shared beside the copy, as in CI
     env = {
         **os.environ,
