@@ -2,8 +2,10 @@
 calls NAME(). One function per recipe of train_configs/ (`study_<name>` for train_configs/study/),
 each loading its TOML through the 0.3 glue (training/titan03/recipe.py), so the TOML stays the
 single source of the values; relative data and tokenizer paths are resolved against the repository
-root, where the recipes name them from. The shared preflight then runs in the Trainer, before its
-process group. Nothing here imports torchtitan itself.
+root, where the recipes name them from. Without an accelerator the function first makes torchtitan
+run on the CPU (training/titan03/cpu.py), so `torchrun -m torchtitan.train --module aogpt_plugin
+--config aogpt_debug` trains on a CPU-only machine too. The shared preflight then runs in the
+Trainer, before its process group. Nothing here imports torchtitan itself.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ def recipe(name: str):
     """The AOGPTTrainer.Config of train_configs/<name>.toml (`study/ao_random` for a study recipe)."""
     from .errors import exit_in_one_line_on_user_error
     from .training.preflight import check_job_config
-    from .training.titan03.dataset_names import register_datasets, registered_names
+    from .training.text_datasets import register_datasets
+    from .training.titan03.cpu import enable_cpu
+    from .training.titan03.dataset_names import registered_names
     from .training.titan03.model import model_registry
     from .training.titan03.recipe import load_recipe
     from .training.titan03.trainer import AOGPTTrainer
@@ -26,8 +30,9 @@ def recipe(name: str):
 
     exit_in_one_line_on_user_error()  # stock torchtitan runs us: one `error:` line, not a traceback per rank
     check_torch_for_titan03()
+    enable_cpu()  # without an accelerator: torchtitan on the CPU, as under the launcher
     register_datasets()
-    AOGPTTrainer.preflight = lambda view, world_size: check_job_config(view, world_size, **registered_names())
+    AOGPTTrainer.preflight = lambda settings, world_size: check_job_config(settings, world_size, **registered_names())
     return load_recipe(os.path.join(RECIPES, f"{name}.toml"), AOGPTTrainer.Config, model_registry, root=ROOT)
 
 

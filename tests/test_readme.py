@@ -74,7 +74,7 @@ def test_the_python_block_runs_as_written(tmp_path):
 @pytest.mark.slow
 def test_train_convert_and_python_blocks_run_verbatim_in_order(tmp_path):
     clone = tmp_path / "repo"
-    shutil.copytree(ROOT, clone, ignore=shutil.ignore_patterns(".git", ".venv", "outputs", "__pycache__", ".whl"))
+    shutil.copytree(ROOT, clone, ignore=shutil.ignore_patterns(".git", ".venv*", "outputs", "__pycache__", ".whl"))
     (tmp_path / "shared").symlink_to(SHARED_DATA.parent)  # ../shared beside the copy, as in CI
     env = {
         **os.environ,

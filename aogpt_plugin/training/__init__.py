@@ -1,11 +1,13 @@
 """The training side: everything of aogpt that imports torchtitan, and nothing else does.
 
 The modules here hold what any torchtitan version shares (orders into the batch, the loss, the step
-guard, the EMA, validation scoring, the preflight rules, the checkpoint save, the launcher);
-`titan022/` is the thin glue for torchtitan 0.2.2 (its TrainSpec, config parser, builder signatures,
-CPU shims, checkpoint save wrap), `titan03/` the glue for torchtitan 0.3 (its Trainer.Config
-subclass and components, the TOML recipe loader, the config_registry functions). `register()` and
-`glue()` are the places that pick the glue of the installed version, at import time.
+guard, the EMA, validation scoring, the preflight rules, the checkpoint save, the launcher, the run's
+settings, the CPU support and the log filter); `titan022/` is the thin glue for torchtitan 0.2.2 (its
+TrainSpec, config parser, builder signatures, checkpoint save wrap), `titan03/` the glue for
+torchtitan 0.3 (its Trainer.Config subclass and components, the TOML recipe loader). The two glues
+import the shared modules only, never each other (an import-linter contract), so either can be
+dropped or a third added beside them. `register()` and `glue()` are the places that pick the glue of
+the installed version, at import time.
 """
 
 from .versions import is_titan03, torchtitan_version  # noqa: F401  (the package's answer)

@@ -56,12 +56,18 @@ def optimizer_kwargs(config) -> dict:
     }
 
 
-def decay_groups(params: list[torch.Tensor], weight_decay: float) -> list[dict]:
-    """The authors' parameter groups: decay on >= 2-D tensors, none on biases and norm weights."""
-    return [
-        {"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
-        {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
-    ]
+def decay_groups(params: list[torch.Tensor], weight_decay: float, names: list[str] | None = None) -> list[dict]:
+    """The authors' parameter groups: decay on >= 2-D tensors, none on biases and norm weights. With
+    `names` (one per parameter) each group also carries its `param_names`, which torchtitan 0.3's
+    optimizer state dict keys by."""
+    groups = []
+    for decayed, wd in ((True, weight_decay), (False, 0.0)):
+        chosen = [i for i, p in enumerate(params) if (p.ndim >= 2) == decayed]
+        group = {"params": [params[i] for i in chosen], "weight_decay": wd}
+        if names is not None:
+            group["param_names"] = [names[i] for i in chosen]
+        groups.append(group)
+    return groups
 
 
 def steps_done(optimizer: torch.optim.Optimizer, params: list[torch.Tensor]) -> int:

@@ -1,13 +1,25 @@
-"""The TOML sections aogpt adds to torchtitan's job config: `[aogpt]` (any-order options) and `[ema]`.
+"""aogpt's settings: the TOML sections it adds to torchtitan's job config, `[aogpt]` (any-order options)
+and `[ema]`, and the run's settings as the shared training code reads them (`RunSettings`).
 
-Plain dataclasses, no torchtitan: each version's glue composes them into its JobConfig
-(titan022/job_config.py). Each value is checked when the section is built, i.e. while torchtitan
-parses the TOML and the CLI, before any process group exists; a bad value raises ConfigError with
-one line naming key, value and what is allowed. Their docstrings are the config reference
-(`python scripts/config_reference.py --write` -> docs/training.md).
+Plain dataclasses, no torchtitan: each version's glue composes the sections into its job config
+(job_config.py for 0.2.2, titan03/trainer.py for 0.3). Each value is checked when the section is
+built, i.e. while torchtitan parses the TOML and the CLI, before any process group exists; a bad
+value raises ConfigError with one line naming key, value and what is allowed. Their docstrings are
+the config reference (`python scripts/config_reference.py --write` -> docs/training.md).
+
+`RunSettings` is `[aogpt]`, `[ema]` and the job fields read by the preflight, the batches,
+validation, the checkpoint record, the model args' `update_from_config` and the launcher's
+messages, under the recipes' key names (`training.seq_len`, `validation.dataset`,
+`job.dump_folder`, ...). torchtitan 0.2.2's JobConfig has exactly these paths (the recipes are
+written in its names), so its glue hands that over as it is. torchtitan 0.3 moved some keys
+(`dump_folder`, `dataloader.dataset`, `validator.*`): its Trainer builds one RunSettings per run
+(titan03/trainer.py) and the aogpt components hold that object. `aogpt`, `ema` and the sections
+both versions spell alike are the parsed objects themselves; the rest are read once, typed here,
+with no defaults: every value comes from the parsed config.
 """
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..data.tokenizer import check_tokenizer_spec
 from ..errors import ConfigError
@@ -82,3 +94,65 @@ class EMA:
         check_types(self, "ema")
         if not 0.0 <= self.decay < 1.0:
             raise ConfigError(f"ema.decay={self.decay} is outside the allowed range [0, 1)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Job:
+    dump_folder: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Model:
+    name: str
+    flavor: str
+    converters: list[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Training:
+    dataset: str
+    dataset_path: str | None
+    seq_len: int
+    local_batch_size: int
+    steps: int
+    max_norm: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Validation:
+    """The validation windows as scored (seq_len and local_batch_size resolved)."""
+
+    enable: bool
+    dataset: str
+    dataset_path: str | None
+    seq_len: int
+    local_batch_size: int
+    steps: int
+    freq: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Optimizer:
+    name: str
+    lr: float
+    beta1: float
+    beta2: float
+    weight_decay: float
+    early_step_in_backward: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSettings:
+    aogpt: AOGPT
+    ema: EMA
+    job: Job
+    model: Model
+    training: Training
+    validation: Validation
+    optimizer: Optimizer
+    # the version's own sections, spelled alike on both (the keys preflight.py reads)
+    lr_scheduler: Any
+    parallelism: Any
+    checkpoint: Any
+    compile: Any
+    quantize: Any

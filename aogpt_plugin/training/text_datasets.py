@@ -1,5 +1,6 @@
 """The text datasets aogpt adds to torchtitan's dataset table (`--training.dataset NAME`): how each is
-loaded (Hugging Face `datasets`, no torchtitan); the version's glue registers them (titan022/dataloader.py)."""
+loaded (Hugging Face `datasets`), and their registration, which both torchtitan versions' tables take
+alike (`register_datasets`, called by each version's entry points before a config is checked)."""
 
 from __future__ import annotations
 
@@ -45,3 +46,12 @@ DATASETS = {
     "local": ("", load_local_text, _text),
     "wikitext103_validation": ("Salesforce/wikitext", load_wikitext103_validation, _text),
 }
+
+
+def register_datasets() -> None:
+    """Add aogpt's datasets to the installed torchtitan's DATASETS table (idempotent)."""
+    from torchtitan.hf_datasets import DatasetConfig
+    from torchtitan.hf_datasets.text_datasets import DATASETS as TORCHTITAN_DATASETS
+
+    for name, (path, loader, text) in DATASETS.items():
+        TORCHTITAN_DATASETS.setdefault(name, DatasetConfig(path=path, loader=loader, sample_processor=text))

@@ -1,6 +1,8 @@
 """Which torchtitan is installed: the one fact that picks the glue (titan022/ or titan03/) and that a
-checkpoint record keeps, so that a checkpoint 0.2.2 cannot resume is refused before it loads."""
+checkpoint record keeps, so that a checkpoint 0.2.2 cannot resume is refused before it loads; and the
+torch torchtitan 0.3 needs."""
 
+import re
 from importlib.metadata import PackageNotFoundError, version
 
 from ..errors import ConfigError
@@ -18,16 +20,29 @@ def is_titan03() -> bool:
     return torchtitan_version().startswith("0.3")
 
 
+# torchtitan 0.3.0 calls `torch.distributed.set_timeout`, public since torch 2.14 (the `titan03` extra
+# in pyproject.toml requires the same; tests/training/test_versions.py keeps the two equal).
+TORCH_FOR_TITAN03 = (2, 14)
+
+
+def _release(version_text: str) -> tuple[int, ...]:
+    """(2, 14) of "2.14.1+cu130" or "2.14.0a0+git1234"."""
+    match = re.match(r"(\d+)\.(\d+)", version_text)
+    return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+
+
 def check_torch_for_titan03() -> None:
-    """torchtitan 0.3.0 imports `torch.distributed.fsdp.DataParallelMeshDims`, which torch 2.11 lacks
-    (seen on the GPU image); say so in one line instead of an ImportError on every rank."""
-    import torch.distributed.fsdp as fsdp
+    """Under torchtitan 0.3, a torch older than TORCH_FOR_TITAN03 is one ConfigError line naming both
+    versions, before torchtitan builds anything (0.3 would fail at `set_timeout`, or at an import torch
+    2.11 lacks, on every rank). The launcher and the config functions (config_registry.py) ask."""
+    if not is_titan03():
+        return
+    import torch
 
-    if is_titan03() and not hasattr(fsdp, "DataParallelMeshDims"):
-        import torch
-
+    if _release(torch.__version__) < TORCH_FOR_TITAN03:
+        need = ".".join(map(str, TORCH_FOR_TITAN03))
         raise ConfigError(
-            f"torchtitan {torchtitan_version()} needs a torch with torch.distributed.fsdp.DataParallelMeshDims "
-            f"(2.13 has it) and this is torch {torch.__version__}; install a newer torch, or torchtitan 0.2.2 "
+            f"torchtitan {torchtitan_version()} needs torch >= {need} and this is torch {torch.__version__}; "
+            f"allowed: pip install 'torch>={need}' (on GPUs a CUDA build), or torchtitan 0.2.2 "
             "(pip install -e '.[titan022]')"
         )

@@ -10,7 +10,8 @@ import sys
 
 import torch
 
-from aogpt_plugin.training.titan022.cpu import enable_torchtitan_on_cpu, has_accelerator
+from aogpt_plugin.training.cpu import has_accelerator
+from aogpt_plugin.training.titan022.cpu import enable_torchtitan_on_cpu
 
 
 def main() -> None:

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import io
-import re
 import warnings
 
 from ...errors import ConfigError
 from ..config_checks import CUSTOM_CONFIG_MODULE, check_cli_args, unknown_toml_keys
-
-_BOX = re.compile(r"[│╭╮╰╯─]+")
+from ..console import box_message
 
 
 def registered_names() -> dict:
@@ -55,7 +53,7 @@ def parse_job_config(argv: list[str]):
         if not e.code:  # --help
             print(err.getvalue(), end="")
             raise
-        raise ConfigError(_box_message(err.getvalue())) from None
+        raise ConfigError(box_message(err.getvalue())) from None
 
 
 def _config_file(argv: list[str]) -> str:
@@ -64,14 +62,3 @@ def _config_file(argv: list[str]) -> str:
         if key in ("--job.config_file", "--job.config-file"):
             return value if eq else argv[i + 1]
     return "the TOML file"
-
-
-def _box_message(text: str) -> str:
-    """The first part of tyro's boxed error, its wrapped lines joined (a value is not cut off)."""
-    lines = [_BOX.sub(" ", line).strip() for line in text.splitlines() if line.strip()]
-    body = []
-    for line in lines[1:]:  # lines[0] is the box title, e.g. "Value error"
-        if not line:  # a ─── rule ends the first part
-            break
-        body.append(line)
-    return " ".join(body) or (lines[0] if lines else "invalid arguments")

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..cpu import has_accelerator
 from .config_parser import parse_job_config as _parse
 from .config_parser import registered_names  # noqa: F401  (part of the interface)
-from .cpu import enable_torchtitan_on_cpu, has_accelerator
+from .cpu import enable_torchtitan_on_cpu
 
 
 def enable_cpu() -> None:

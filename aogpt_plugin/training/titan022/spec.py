@@ -4,7 +4,6 @@ and the registration (`aogpt_plugin.training.register`)."""
 from __future__ import annotations
 
 import copy
-import warnings
 from functools import partial
 
 from torchtitan.protocols.train_spec import TrainSpec, register_train_spec
@@ -12,10 +11,11 @@ from torchtitan.protocols.train_spec import _extra_train_specs as _registered
 
 from ...data.tokenizer import load_tokenizer
 from ...model import AOGPT, FLAVORS
+from ..console import quiet_known_warnings
 from ..loss import build_ao_loss
 from ..state_dict_adapter import AOGPTStateDictAdapter
 from ..step_guard import StepGuard
-from ..text_datasets import DATASETS as AOGPT_DATASETS
+from ..text_datasets import register_datasets
 from .checkpoint_save import install as install_checkpoint_hook
 from .dataloader import build_ordered_dataloader
 from .optimizers import build_aogpt_lr_schedulers, build_aogpt_optimizers
@@ -55,43 +55,9 @@ def get_train_spec() -> TrainSpec:
     )
 
 
-# Warnings every aogpt run printed on every rank that say nothing about it (message, why harmless).
-KNOWN_HARMLESS_WARNINGS = (
-    ("'set_vital' is deprecated", "torchdata's dataloader calls a deprecated torch API; nothing to act on"),
-    (
-        "DTensor random operators may not have complete support on cpu",
-        "CPU mesh: weights are initialised by init_weights",
-    ),
-    ("DTensor manual_seed() may not have complete support on cpu", "CPU mesh: seeding still makes runs repeatable"),
-    ("returned a view tensor. An in-place op on this view", "FSDP2 notice; aogpt never writes in place into outputs"),
-    (
-        "Set timeout is now only supported for either nccl or gloo",
-        "torchtitan shortens the timeout; gloo keeps its own",
-    ),
-    ("In CPU autocast, but the target dtype is not supported", "float32 training on CPU needs no autocast"),
-    ("CPU Autocast only supports dtypes of", "the same notice, from torch"),
-)
-
-
-def quiet_known_warnings() -> None:
-    for message, _why in KNOWN_HARMLESS_WARNINGS:
-        warnings.filterwarnings(
-            "ignore", message=".*" + message.replace("(", r"\(").replace(")", r"\)"), category=UserWarning
-        )
-
-
-def register_datasets() -> None:
-    """Add aogpt's datasets (text_datasets.py) to torchtitan's DATASETS (idempotent)."""
-    from torchtitan.hf_datasets import DatasetConfig
-    from torchtitan.hf_datasets.text_datasets import DATASETS
-
-    for name, (path, loader, text) in AOGPT_DATASETS.items():
-        DATASETS.setdefault(name, DatasetConfig(path=path, loader=loader, sample_processor=text))
-
-
 def register() -> None:
     """Register the `aogpt` TrainSpec and aogpt's datasets, wrap the checkpoint save (checkpoint_save.py;
-    it acts on aogpt runs only) (idempotent), and silence the warnings listed in KNOWN_HARMLESS_WARNINGS."""
+    it acts on aogpt runs only) (idempotent), and silence the warnings listed in console.KNOWN_HARMLESS_WARNINGS."""
     from torchtitan.components.checkpoint import CheckpointManager
 
     quiet_known_warnings()

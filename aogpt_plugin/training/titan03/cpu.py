@@ -1,22 +1,17 @@
-"""Run torchtitan 0.3 on a machine without an accelerator, without editing site-packages.
+"""torchtitan 0.3 on a machine without an accelerator: the shared CPU support (../cpu.py) applied to
+the modules 0.3 copies the device into.
 
-What 0.2.2 needed (titan022/cpu.py: device_type "cpu", a CPU device module, no MFU) plus two 0.3 changes:
-1. `import torchtitan.trainer` reaches `distributed.minimal_async_ep.kernels`, which imports triton
-   (MoE expert parallelism only): a stub stands in whose kernels raise if ever called.
-2. `distributed.utils.set_pg_timeouts` calls `torch.distributed.set_timeout`, which torch 2.13 lacks:
-   it is provided from `distributed_c10d._set_pg_timeout` (what 0.2.2 called).
-Call before `import torchtitan.trainer`, which stock `python -m torchtitan.train` cannot do: on a CPU
-it dies on triton before `--module` is imported, so CPU runs go through `python -m aogpt_plugin.train`.
+`import torchtitan.trainer` reaches `distributed.minimal_async_ep.kernels`, which imports triton (MoE
+expert parallelism only): torch's CUDA builds ship triton, its CPU wheels do not, and there a stub
+stands in. Stock `-m torchtitan.train` imports the trainer before `--module`, so it needs a torch
+with triton on a CPU too; the config functions (aogpt_plugin/config_registry.py) then apply the rest
+here before the Trainer is built, as the launcher does before anything is imported.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import sys
-import types
-
-from ..titan022.cpu import has_accelerator, point_device_copies_at_cpu
+from ..console import quiet_known_noise, quiet_known_warnings
+from ..cpu import has_accelerator, point_device_copies_at_cpu, stub_triton_module
 
 # modules that copy `device_type` / `device_module` from torchtitan.tools.utils at import time
 _COPIES = (
@@ -27,48 +22,18 @@ _COPIES = (
     "torchtitan.models.common.token_dispatcher",
     "torchtitan.tools.profiler",
 )
-_KERNELS = "torchtitan.distributed.minimal_async_ep.kernels"
-
-
-def _stub_triton_kernels() -> None:
-    if importlib.util.find_spec("triton") is not None or _KERNELS in sys.modules:
-        return
-    stub = types.ModuleType(_KERNELS)
-
-    def __getattr__(name: str):
-        if name.startswith("__"):
-            raise AttributeError(name)
-
-        def kernel(*args, **kwargs):
-            raise RuntimeError(f"{name} needs triton (MoE expert parallelism), which this CPU run lacks")
-
-        return kernel
-
-    stub.__getattr__ = __getattr__
-    sys.modules[_KERNELS] = stub
-
-
-def _provide_set_timeout() -> None:
-    import torch.distributed as dist
-
-    if hasattr(dist, "set_timeout"):
-        return
-    from torch.distributed import distributed_c10d as c10d
-
-    def set_timeout(timeout, group=None) -> None:
-        try:
-            c10d._set_pg_timeout(timeout, group)
-        except Exception:  # gloo keeps its own timeout (0.2.2 only warned)
-            pass
-
-    dist.set_timeout = set_timeout
 
 
 def enable_torchtitan_on_cpu() -> None:
-    """Apply the shims (idempotent). Call before `import torchtitan.trainer`."""
-    _stub_triton_kernels()
-    _provide_set_timeout()
+    """Apply the shims (idempotent); before the Trainer is built."""
+    stub_triton_module("torchtitan.distributed.minimal_async_ep.kernels", "MoE expert parallelism")
     point_device_copies_at_cpu(_COPIES)
 
 
-__all__ = ["enable_torchtitan_on_cpu", "has_accelerator"]
+def enable_cpu() -> None:
+    """The shims on a machine without an accelerator, with the known noise quieted first. The launcher
+    calls it before torchtitan is imported, the config functions before the Trainer is built."""
+    quiet_known_noise(has_accelerator())
+    quiet_known_warnings()
+    if not has_accelerator():
+        enable_torchtitan_on_cpu()

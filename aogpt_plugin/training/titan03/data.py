@@ -1,14 +1,13 @@
 """The tokenizer and the training dataloader as torchtitan 0.3 components.
 
 The text windows are 0.2.2's (windows.py); the orders, the shuffle buffer and the synthetic source
-are the shared ones (batches.py). `[aogpt]` reaches this Config through the Trainer Config's
-`sync_aogpt` (0.3 components see only their own Config).
+are the shared ones (batches.py), read from the run's settings (RunSettings, ../sections.py), which
+the Trainer hands to both Configs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import SimpleNamespace
 
 from torchtitan.components.dataloader import ParallelAwareDataloader
 from torchtitan.components.tokenizer import BaseTokenizer
@@ -16,6 +15,7 @@ from torchtitan.components.tokenizer import BaseTokenizer
 from ...data.synthetic import MarkovSource, MarkovSpec
 from ...data.tokenizer import load_tokenizer
 from ..batches import SyntheticWindows, ordered_windows
+from .settings import HeldSettings
 from .windows import PackedTextWindows
 
 
@@ -24,11 +24,11 @@ class AOTokenizer(BaseTokenizer):
 
     @dataclass(kw_only=True, slots=True)
     class Config(BaseTokenizer.Config):
-        spec: str = "gpt2"
+        settings: HeldSettings = None
 
     def __init__(self, config: Config, *, tokenizer_path: str | None = None, **unused):
         super().__init__()
-        self.inner = load_tokenizer(config.spec)
+        self.inner = load_tokenizer(config.settings.aogpt.tokenizer)
         self.eos_id = getattr(self.inner, "eos_id", None)
         self.bos_id = getattr(self.inner, "bos_id", None)
 
@@ -49,10 +49,7 @@ class AOGPTDataLoader(ParallelAwareDataloader):
     class Config(ParallelAwareDataloader.Config):
         dataset: str = "local"
         infinite: bool = True
-        order: str = "mixture"
-        p_l2r: float = 0.1
-        order_seed: int = 0
-        shuffle_windows: int = 0
+        settings: HeldSettings = None
 
     def __init__(
         self,
@@ -72,12 +69,8 @@ class AOGPTDataLoader(ParallelAwareDataloader):
             base = PackedTextWindows(
                 config.dataset, config.dataset_path, tokenizer, seq_len, dp_rank, dp_world_size, config.infinite
             )
-        ao = SimpleNamespace(
-            order=config.order, p_l2r=config.p_l2r, order_seed=config.order_seed, shuffle_windows=config.shuffle_windows
-        )
-        view = SimpleNamespace(aogpt=ao, training=SimpleNamespace(seq_len=seq_len))
         super().__init__(
-            ordered_windows(base, view, dp_rank, config.infinite),
+            ordered_windows(base, config.settings, dp_rank, config.infinite),
             dp_rank=dp_rank,
             dp_world_size=dp_world_size,
             batch_size=local_batch_size,

@@ -1,6 +1,7 @@
 """What the shared launcher (../launcher.py) needs from torchtitan 0.3: the CPU shims, the parser of a
-recipe plus a 0.2.2-style command line, the view the shared preflight and messages read, and the
-training run itself (torchtitan.train.main's body, on the config already parsed and checked).
+recipe plus a 0.2.2-style command line, the run's settings the shared preflight and messages read
+(../sections.py), and the training run itself (torchtitan.train.main's body, on the config already
+parsed and checked).
 
 `python -m aogpt_plugin.train --job.config_file R.toml --training.steps 8 --job.dump_folder D`
 means the same on 0.2.2 and 0.3: the recipe is loaded by recipe.py, the options are renamed to
@@ -18,36 +19,23 @@ from collections.abc import Callable
 
 from ...errors import ConfigError
 from ..config_checks import check_cli_args
-from ..titan022.config_parser import _box_message
-from ..titan022.trainer import quiet_known_noise
-from .cpu import enable_torchtitan_on_cpu, has_accelerator
-
-
-def enable_cpu() -> None:
-    """The CPU shims (on a machine without an accelerator), with the import noise quieted first."""
-    quiet_known_noise(has_accelerator())
-    if not has_accelerator():
-        enable_torchtitan_on_cpu()
-
-
-def registered_names() -> dict:
-    from .dataset_names import registered_names
-
-    return registered_names()
+from ..console import box_message, quiet_known_noise
+from ..cpu import has_accelerator
+from ..text_datasets import register_datasets
+from .cpu import enable_cpu  # noqa: F401  (part of the interface)
+from .dataset_names import registered_names  # noqa: F401  (part of the interface)
 
 
 def parse_job_config(argv: list[str]):
-    """(the AOGPTTrainer.Config, its 0.2.2-shaped view) of `argv`; every error one ConfigError line."""
+    """(the AOGPTTrainer.Config, its run settings) of `argv`; every error one ConfigError line."""
     import tyro
     from torchtitan.config import ConfigManager
     from torchtitan.config.manager import custom_registry
     from torchtitan.tools.logging import init_logger
 
-    from .dataset_names import register_datasets
     from .model import model_registry
     from .recipe import load_recipe, translate_cli
-    from .trainer import AOGPTTrainer
-    from .view import job_view
+    from .trainer import AOGPTTrainer, run_settings
 
     init_logger()
 
@@ -77,10 +65,10 @@ def parse_job_config(argv: list[str]):
         if not e.code:  # --help
             print(err.getvalue(), end="")
             raise
-        raise ConfigError(_box_message(err.getvalue())) from None
+        raise ConfigError(box_message(err.getvalue())) from None
     manager.config = config
     manager._validate_config()
-    return config, job_view(config)
+    return config, run_settings(config)
 
 
 def trainer_for(rank: int, config) -> Callable[[], None]:

@@ -2,7 +2,8 @@
 
 0.3's BaseLoss contract: `__call__(pred, labels, global_valid_tokens) -> (loss, metrics)`, the loss
 already divided by the global token count (0.2.2's Trainer divided the sum itself). The sum is the
-shared any-order cross-entropy over the tokenizer's real vocabulary (likelihood.py), and every
+shared any-order cross-entropy over the vocabulary of `[aogpt] tokenizer` (likelihood.py; the head's
+padded rows get no mass), read from the run's settings (RunSettings, ../sections.py), and every
 microbatch's sum and token count go to the step guard (step_guard.py), which the Trainer then hands
 to the optimizers (trainer.py): one guard per run, shared by exactly these two.
 """
@@ -15,20 +16,20 @@ import torch
 from torchtitan.components.loss import BaseLoss
 from torchtitan.config import CompileConfig
 
+from ...data.tokenizer import load_tokenizer
 from ...likelihood import ao_cross_entropy
 from ..step_guard import StepGuard
+from .settings import HeldSettings
 
 
 class AOLoss(BaseLoss):
     @dataclass(kw_only=True, slots=True)
     class Config(BaseLoss.Config):
-        vocab_size: int = 50257
-        """The tokenizer's vocabulary (the head's padded rows get no mass); set from `[aogpt] tokenizer`."""
-
-        nan_check: bool = True
+        settings: HeldSettings = None
 
     def __init__(self, config: Config, *, compile_config: CompileConfig | None = None, **unused):
-        vocab_size = config.vocab_size
+        ao = config.settings.aogpt
+        vocab_size = load_tokenizer(ao.tokenizer).get_vocab_size()  # as model/args.py sets it
 
         def fn(pred: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
             return ao_cross_entropy(pred, labels, vocab_size)
@@ -36,7 +37,7 @@ class AOLoss(BaseLoss):
         self.fn = fn
         self._maybe_compile(compile_config)
         self.guard = StepGuard()
-        self.guard.enabled = config.nan_check
+        self.guard.enabled = ao.nan_check
 
     def __call__(self, pred, labels, global_valid_tokens=None, **kwargs):
         loss_sum = self.fn(pred, labels)

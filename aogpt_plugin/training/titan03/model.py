@@ -5,8 +5,10 @@
 the parallelize_fn, then `init_weights(buffer_device=)`. The tree, its parameter names (so every
 checkpoint key) and its init are 0.2.2's: `init_weights`/`init_states` run the authors' init in the
 same order with the same random draws, where 0.3's default would call every module's
-`reset_parameters` (another distribution, another draw order). The `[ema]` settings travel in the
-model Config because 0.3's parallelize_fn receives no job config.
+`reset_parameters` (another distribution, another draw order). The Config holds the flavor's model
+args (model/args.py owns them and their defaults) and the run's settings (RunSettings,
+../sections.py), handed in by the Trainer: 0.3's parallelize_fn receives no job config, so the model
+carries `[ema]` and float8 to it.
 """
 
 from __future__ import annotations
@@ -21,53 +23,37 @@ from torchtitan.protocols.model_spec import ModelSpec
 from ...model.args import FLAVORS, AOGPTModelArgs
 from ...model.model import AOGPT
 from .float8 import FLOAT8, Float8
+from .settings import HeldSettings
 
 NAME = "aogpt"
-_ARG_FIELDS = [f.name for f in dataclasses.fields(AOGPTModelArgs)]
 
 
 class AOGPTModel(AOGPT, BaseModel):
     @dataclass(kw_only=True, slots=True)
     class Config(BaseModel.Config):
-        flavor: str = "debugmodel"
-        dim: int = 768
-        n_layers: int = 12
-        n_heads: int = 12
-        vocab_size: int = 50257
-        vocab_multiple: int = 64
-        max_seq_len: int = 1024
-        mlp_ratio: int = 4
-        conditioning: str = "adaln"
-        target_pe_dim: int = 128
-        norm_eps: float = 1e-5
-        bias: bool = True
-        ema_enable: bool = False
-        ema_decay: float = 0.9999
-        ema_warmup: bool = True
-        float8: Float8 | None = None  # `[quantize.linear.float8]` when model.converters names it
+        flavor: str
+        args: AOGPTModelArgs
+        """The flavor's model args, updated from the run's settings by `update_from_config`."""
 
-        def args(self) -> AOGPTModelArgs:
-            return AOGPTModelArgs(**{k: getattr(self, k) for k in _ARG_FIELDS})
+        settings: HeldSettings = None
+
+        @property
+        def float8(self) -> Float8 | None:
+            """`[quantize.linear.float8]` when model.converters names it (the parallelize_fn swaps the linears)."""
+            run = self.settings
+            return run.quantize.linear.float8 if run is not None and FLOAT8 in run.model.converters else None
 
         def update_from_config(self, *, config, **kwargs) -> None:
-            """0.2.2's `AOGPTModelArgs.update_from_config` ([aogpt] conditioning, target_pe_dim, the
-            tokenizer's vocabulary, the seq_len check) plus the `[ema]` settings."""
-            args = self.args()
-            view = type("View", (), {})()
-            view.aogpt, view.training = config.aogpt, config.training
-            view.model = type("Model", (), {"flavor": self.flavor})()
-            args.update_from_config(view)
-            for k in _ARG_FIELDS:
-                setattr(self, k, getattr(args, k))
-            self.ema_enable, self.ema_decay, self.ema_warmup = config.ema.enable, config.ema.decay, config.ema.warmup
-            self.float8 = config.quantize.linear.float8 if FLOAT8 in config.model.converters else None
+            """0.2.2's `AOGPTModelArgs.update_from_config` on the run's settings: `[aogpt]` conditioning,
+            target_pe_dim, the tokenizer's vocabulary, the seq_len check."""
+            self.args.update_from_config(self.settings)
 
         def get_nparams_and_flops(self, model, seq_len: int) -> tuple[int, int]:
-            return self.args().get_nparams_and_flops(model, seq_len)
+            return self.args.get_nparams_and_flops(model, seq_len)
 
     def __init__(self, config: Config):
-        AOGPT.__init__(self, config.args())
-        self.ema_config = _EMASettings(config.ema_enable, config.ema_decay, config.ema_warmup)
+        AOGPT.__init__(self, config.args)
+        self.settings = config.settings  # `[ema]`: the parallelize_fn attaches the EMA (parallelize.py)
         self.float8_settings = config.float8  # the parallelize_fn swaps the linears (float8.py)
 
     def verify_module_protocol(self) -> None:
@@ -80,18 +66,8 @@ class AOGPTModel(AOGPT, BaseModel):
         AOGPT.init_weights(self, buffer_device)
 
 
-@dataclass(frozen=True)
-class _EMASettings:
-    """What parallelize.finish_parallelized reads of `[ema]`."""
-
-    enable: bool
-    decay: float
-    warmup: bool
-
-
 def model_config(flavor: str) -> AOGPTModel.Config:
-    args = FLAVORS[flavor]
-    return AOGPTModel.Config(flavor=flavor, **{k: getattr(args, k) for k in _ARG_FIELDS})
+    return AOGPTModel.Config(flavor=flavor, args=dataclasses.replace(FLAVORS[flavor]))
 
 
 def model_registry(flavor: str) -> ModelSpec:

@@ -20,7 +20,7 @@ from typing import Literal
 from torchtitan.components.optimizer import OptimizersContainer
 
 from ..ema import clean_fqn
-from ..optimizers import OPTIMIZERS, check_optimizer_name, optimizer_kwargs, steps_done
+from ..optimizers import OPTIMIZERS, check_optimizer_name, decay_groups, optimizer_kwargs, steps_done
 
 
 class AOGPTOptimizersContainer(OptimizersContainer):
@@ -39,14 +39,11 @@ class AOGPTOptimizersContainer(OptimizersContainer):
         kwargs = optimizer_kwargs(config)
         self.optimizers, self.model_parts, all_params = [], model_parts, []
         for model in model_parts:
-            named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-            groups = []
-            for decayed, wd in ((True, config.weight_decay), (False, 0.0)):  # the shared decay_groups rule
-                chosen = [(n, p) for n, p in named if (p.ndim >= 2) == decayed]
-                names = [clean_fqn(n) for n, _ in chosen]
-                groups.append({"params": [p for _, p in chosen], "param_names": names, "weight_decay": wd})
+            named = [(clean_fqn(n), p) for n, p in model.named_parameters() if p.requires_grad]
+            params = [p for _, p in named]
+            groups = decay_groups(params, config.weight_decay, [n for n, _ in named])
             self.optimizers.append(OPTIMIZERS[config.name](groups, **kwargs))
-            all_params.extend(p for _, p in named)
+            all_params.extend(params)
         self._validate_params(all_params)
         self._post_init(all_params)
         self.params = all_params

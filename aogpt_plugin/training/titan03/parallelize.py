@@ -67,4 +67,4 @@ def parallelize_aogpt(
 
         replicate(model, device_mesh=parallel_dims.get_mesh("dp_replicate"))
         disable_fsdp_gradient_division(model)
-    return finish_parallelized(model, model.ema_config)
+    return finish_parallelized(model, model.settings.ema)

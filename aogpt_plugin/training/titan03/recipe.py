@@ -157,7 +157,6 @@ def load_recipe(
     config.activation_checkpoint = _activation_checkpoint(ac_mode or special.get("activation_checkpoint.mode", "none"))
     if root and config.aogpt.tokenizer.endswith(".json") and not os.path.isabs(config.aogpt.tokenizer):
         config.aogpt.tokenizer = os.path.normpath(os.path.join(root, config.aogpt.tokenizer))
-    config.sync_aogpt()
     return config
 
 

@@ -1,13 +1,15 @@
 """The torchtitan 0.3 Trainer for aogpt: its Config adds the `[aogpt]` and `[ema]` sections (the shared
 dataclasses of ../sections.py) and types each component as aogpt's.
 
-0.3 components see only their own Config, so `[aogpt]` (the one place a user sets the AO options,
-`--aogpt.order l2r` included) is copied into the dataloader, tokenizer, loss and validator Configs
-after every parse (`__post_init__`, which tyro runs on the CLI-built instance); the model gets it
-in `update_from_config`. Once torchtitan has built everything, and before `train()` loads a
-checkpoint: the loss's step guard goes on the optimizers' step hooks with the EMA
-(../optimizers.py), and the checkpointer gets the run's record and the guard (checkpoint.py).
-CUDA graphs stay off (recipe.py): a replay would skip the guard's Python bookkeeping.
+0.3 components see only their own Config. The Trainer builds the run's settings once, from the final
+config (`run_settings`: a RunSettings of ../sections.py, `[aogpt]`, `[ema]` and the job fields the
+shared code reads), and hands that one object to the Configs of the tokenizer, dataloader, loss,
+validator and model (`share_settings`) before torchtitan builds them; `[aogpt]` is set in one place,
+the Trainer's Config (`--aogpt.order l2r` included). Once torchtitan has built everything, and
+before `train()` loads a checkpoint: the loss's step guard goes on the optimizers' step hooks with
+the EMA (../optimizers.py), and the checkpointer gets the run's record and the guard
+(checkpoint.py). CUDA graphs stay off (recipe.py): a replay would skip the guard's Python
+bookkeeping.
 """
 
 from __future__ import annotations
@@ -18,11 +20,10 @@ from dataclasses import dataclass, field
 
 from torchtitan.trainer import Trainer
 
-from ...data.tokenizer import load_tokenizer
 from ...errors import UserError
 from ..checkpoint_record import run_record
 from ..optimizers import hook_guard_and_emas
-from ..sections import AOGPT, EMA
+from ..sections import AOGPT, EMA, Job, Model, Optimizer, RunSettings, Training, Validation
 from ..step_guard import NonFiniteStepError
 from .checkpoint import AOGPTCheckpointManager
 from .data import AOGPTDataLoader, AOTokenizer
@@ -30,11 +31,10 @@ from .float8 import ModelConverters, Quantize, hook_scale_precompute
 from .loss import AOLoss
 from .optimizers import AOGPTOptimizersContainer
 from .validator import AOValidator
-from .view import job_view
 
 
 class AOGPTTrainer(Trainer):
-    # The shared preflight (view, world size) -> None, run before the process group when the entry
+    # The shared preflight (settings, world size) -> None, run before the process group when the entry
     # point has not run it already: aogpt_plugin/config_registry.py sets it for stock
     # `-m torchtitan.train`; the launcher checks before any process exists and leaves it None.
     preflight: Callable | None = None
@@ -52,26 +52,10 @@ class AOGPTTrainer(Trainer):
         model: ModelConverters = field(default_factory=ModelConverters)  # 0.2.2's `model.converters`
         quantize: Quantize = field(default_factory=Quantize)  # 0.2.2's `[quantize.linear.float8]` (float8.py)
 
-        def __post_init__(self) -> None:
-            Trainer.Config.__post_init__(self)
-            self.sync_aogpt()
-
-        def sync_aogpt(self) -> None:
-            ao, ema = self.aogpt, self.ema
-            for key in ("order", "p_l2r", "order_seed", "shuffle_windows"):
-                setattr(self.dataloader, key, getattr(ao, key))
-            self.tokenizer.spec = ao.tokenizer
-            self.loss.nan_check = ao.nan_check
-            self.validator.val_orders, self.validator.val_order_seed = ao.val_orders, ao.val_order_seed
-            self.validator.order = ao.order
-            self.validator.use_ema = ema.enable and ema.validate
-
     def __init__(self, config: Config):
-        view = job_view(config)
+        settings = share_settings(config)
         if AOGPTTrainer.preflight is not None:
-            AOGPTTrainer.preflight(view, int(os.environ.get("WORLD_SIZE", "1")))
-        config.sync_aogpt()
-        config.loss.vocab_size = load_tokenizer(config.aogpt.tokenizer).get_vocab_size()
+            AOGPTTrainer.preflight(settings, int(os.environ.get("WORLD_SIZE", "1")))
         super().__init__(config)
         guard, opt = self.loss_fn.guard, self.optimizers
         opt.guard = guard
@@ -81,7 +65,7 @@ class AOGPTTrainer(Trainer):
             if getattr(m, "float8_precompute", False):
                 hook_scale_precompute(opt, m)
         if isinstance(self.checkpointer, AOGPTCheckpointManager):
-            self.checkpointer.record_of = lambda: run_record(job_view(config))
+            self.checkpointer.record_of = lambda: run_record(settings)
             self.checkpointer.guard = guard
         _log_lr_as_0_2_2_did(self.lr_schedulers)
 
@@ -94,6 +78,60 @@ class AOGPTTrainer(Trainer):
             return super().train()
         except NonFiniteStepError as e:
             raise UserError(str(e)) from None
+
+
+def run_settings(config: AOGPTTrainer.Config) -> RunSettings:
+    """The RunSettings (../sections.py) of an AOGPTTrainer.Config, after the command line is in: 0.3 moved
+    some of the keys the shared code reads (`job.dump_folder` -> `dump_folder`, `training.dataset` ->
+    `dataloader.dataset`, `validation.*` -> `validator.*`, `model.flavor` -> `model_spec.flavor`);
+    here they get the recipe's names back."""
+    t, v, o = config.training, config.validator, config.optimizer
+    return RunSettings(
+        aogpt=config.aogpt,
+        ema=config.ema,
+        job=Job(dump_folder=config.dump_folder),
+        model=Model(
+            name=config.model_spec.name, flavor=config.model_spec.flavor, converters=list(config.model.converters)
+        ),
+        training=Training(
+            dataset=config.dataloader.dataset,
+            dataset_path=config.dataloader.dataset_path,
+            seq_len=t.seq_len,
+            local_batch_size=t.local_batch_size,
+            steps=t.steps,
+            max_norm=t.max_norm,
+        ),
+        validation=Validation(
+            enable=v.enable,
+            dataset=v.dataloader.dataset,
+            dataset_path=v.dataloader.dataset_path,
+            seq_len=v.val_seq_len or t.seq_len,  # 0: the training value (validator.py)
+            local_batch_size=v.val_local_batch_size or t.local_batch_size,
+            steps=v.steps,
+            freq=v.freq,
+        ),
+        optimizer=Optimizer(
+            name=o.name,
+            lr=o.lr,
+            beta1=o.beta1,
+            beta2=o.beta2,
+            weight_decay=o.weight_decay,
+            early_step_in_backward=False,  # 0.3 has no such option
+        ),
+        lr_scheduler=config.lr_scheduler,
+        parallelism=config.parallelism,
+        checkpoint=config.checkpoint,
+        compile=config.compile,
+        quantize=config.quantize,
+    )
+
+
+def share_settings(config: AOGPTTrainer.Config) -> RunSettings:
+    """The run's settings, built once from the final `config` and held by each aogpt component's Config."""
+    settings = run_settings(config)
+    for part in (config.tokenizer, config.dataloader, config.loss, config.validator, config.model_spec.model):
+        part.settings = settings
+    return settings
 
 
 def _log_lr_as_0_2_2_did(schedulers) -> None:

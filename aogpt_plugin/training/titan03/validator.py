@@ -4,14 +4,14 @@ scored with the raw and EMA weights and logged through 0.3's MetricsProcessor.
 0.3's Validator.Config lost `seq_len` and `local_batch_size` (it validates at the training sizes)
 and the Trainer passes those two as build() arguments, which a Config field of the same name would
 clash with; the recipe's `validation.seq_len` / `local_batch_size` live on as `val_seq_len` /
-`val_local_batch_size` (0: the training value). 0.3 passes no autocast context (nullcontext).
+`val_local_batch_size` (0: the training value), resolved in the run's settings (RunSettings, ../sections.py),
+which hold `[aogpt]` and `[ema]` too. 0.3 passes no autocast context (nullcontext).
 """
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 
 import torch
 import torch.distributed as dist
@@ -21,6 +21,7 @@ from torchtitan.tools import utils
 from torchtitan.tools.logging import logger
 
 from ..validation import FixedValidation
+from .settings import HeldSettings
 from .windows import PackedTextWindows
 
 
@@ -32,10 +33,7 @@ class AOValidator(Validator):
 
         val_seq_len: int = 0
         val_local_batch_size: int = 0
-        val_orders: int = 2
-        val_order_seed: int = 1234
-        order: str = "mixture"
-        use_ema: bool = True
+        settings: HeldSettings = None
 
     def __init__(
         self,
@@ -47,32 +45,18 @@ class AOValidator(Validator):
         parallel_dims,
         validation_context,
         metrics_processor,
-        seq_len: int,
-        local_batch_size: int,
         **unused,
     ):
         self.config = config
         self.parallel_dims = parallel_dims
         self.validation_context = validation_context
         self.metrics_processor = metrics_processor
-        ns = SimpleNamespace
-        val = ns(
-            dataset=config.dataloader.dataset,
-            dataset_path=config.dataloader.dataset_path,
-            steps=config.steps,
-            seq_len=config.val_seq_len or seq_len,
-            local_batch_size=config.val_local_batch_size or local_batch_size,
-        )
-        view = ns(
-            validation=val,
-            aogpt=ns(val_orders=config.val_orders, val_order_seed=config.val_order_seed, order=config.order),
-            ema=ns(enable=config.use_ema, validate=config.use_ema),
-        )
+        val = config.settings.validation
 
         def windows():
             return PackedTextWindows(val.dataset, val.dataset_path, tokenizer, val.seq_len, dp_rank, dp_world_size)
 
-        self.fixed = FixedValidation(view, dp_rank, windows)
+        self.fixed = FixedValidation(config.settings, dp_rank, windows)
         logger.info(self.fixed.describe(val.seq_len))
 
     @torch.no_grad()

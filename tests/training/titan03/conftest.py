@@ -23,7 +23,7 @@ STEP_LINE = re.compile(r"step:\s+(\d+)\s+loss:\s+([0-9.]+)")
 
 @pytest.fixture(scope="session")
 def titan03_on_cpu():
-    from aogpt_plugin.training.titan03.launch import enable_cpu
+    from aogpt_plugin.training.titan03.cpu import enable_cpu
 
     enable_cpu()
 

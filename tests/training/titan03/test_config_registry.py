@@ -23,13 +23,14 @@ def _parse(args: list[str]):
 def test_config_function_equals_its_toml(titan03_on_cpu, name):
     from aogpt_plugin.model import FLAVORS
     from aogpt_plugin.training.sections import AOGPT, EMA
+    from aogpt_plugin.training.titan03.trainer import share_settings
 
     toml = tomllib.loads((ROOT / "train_configs" / f"{name}.toml").read_text())
     config = _parse(["--module", "aogpt_plugin", "--config", name])
     assert config.model_spec.name == "aogpt" and config.model_spec.flavor == toml["model"]["flavor"]
     args = FLAVORS[toml["model"]["flavor"]]
     model = config.model_spec.model
-    assert {f.name: getattr(model, f.name) for f in dataclasses.fields(args)} == dataclasses.asdict(args)
+    assert dataclasses.asdict(model.args) == dataclasses.asdict(args)
     assert config.aogpt == AOGPT(**toml["aogpt"]) and config.ema == EMA(**toml["ema"])
     for key, value in toml["optimizer"].items():
         assert getattr(config.optimizer, key) == value, key
@@ -51,7 +52,10 @@ def test_config_function_equals_its_toml(titan03_on_cpu, name):
         val["seq_len"],
         val["local_batch_size"],
     )
-    assert config.dataloader.order == toml["aogpt"]["order"]  # [aogpt] reaches the components
+    settings = share_settings(config)  # [aogpt] reaches the components: they hold the run's settings
+    assert settings.aogpt is config.aogpt and config.dataloader.settings.aogpt.order == toml["aogpt"]["order"]
+    for part in (config.tokenizer, config.dataloader, config.loss, config.validator, model):
+        assert part.settings is settings
     assert config.training.disable_cuda_graphs
     assert config.model.converters == toml["model"].get("converters", [])
     float8 = toml.get("quantize", {}).get("linear", {}).get("float8", {})
@@ -62,24 +66,32 @@ def test_config_function_equals_its_toml(titan03_on_cpu, name):
 def test_float8_keys_keep_their_0_2_2_meaning(titan03_on_cpu):
     """`--model.converters` and `--quantize.linear.float8.*` reach the model Config, which the
     parallelize_fn converts from (the training itself: test_train.py)."""
+    from aogpt_plugin.training.titan03.trainer import share_settings
+
     args = ["--module", "aogpt_plugin", "--config", "aogpt_medium", "--model.converters", "quantize.linear.float8"]
     config = _parse([*args, "--quantize.linear.float8.filter_fqns", "output,adaln"])
     assert config.model.converters == ["quantize.linear.float8"]
     assert config.quantize.linear.float8.filter_fqns == ["output", "adaln"]
     assert config.quantize.linear.float8.enable_fsdp_float8_all_gather  # the recipe's value
+    share_settings(config)  # as the Trainer does, before torchtitan builds the model
     config.model_spec.model.update_from_config(config=config)
     assert config.model_spec.model.float8 == config.quantize.linear.float8
     plain = _parse(["--module", "aogpt_plugin", "--config", "aogpt_medium"])
+    share_settings(plain)
     plain.model_spec.model.update_from_config(config=plain)
     assert plain.model_spec.model.float8 is None  # converters = [] in the recipe: no swap
 
 
 def test_cli_overrides_keep_their_meaning(titan03_on_cpu):
+    from aogpt_plugin.training.titan03.trainer import share_settings
+
     args = ["--module", "aogpt_plugin", "--config", "aogpt_debug", "--optimizer.lr", "1e-4", "--training.steps", "3"]
     args += ["--aogpt.order", "l2r", "--ema.decay", "0.5", "--checkpoint.interval", "2"]
     config = _parse(args)
     assert (config.optimizer.lr, config.training.steps, config.checkpoint.interval) == (1e-4, 3, 2)
-    assert config.aogpt.order == "l2r" and config.dataloader.order == "l2r" and config.ema.decay == 0.5
+    settings = share_settings(config)
+    assert config.aogpt.order == "l2r" and config.dataloader.settings.aogpt.order == "l2r" and config.ema.decay == 0.5
+    assert settings.ema.decay == 0.5 and config.model_spec.model.settings.ema.decay == 0.5
 
 
 def test_every_recipe_loads_and_unknown_keys_are_named(tmp_path, titan03_on_cpu):

@@ -1,5 +1,6 @@
-"""Training under torchtitan 0.3 through `python -m aogpt_plugin.train`: exact resume on two FSDP
-ranks, the checkpoint record, `aogpt convert`, and checkpoints moving between versions."""
+"""Training under torchtitan 0.3 through `python -m aogpt_plugin.train` and stock `-m torchtitan.train`:
+0.2.2's losses through both, exact resume on two FSDP ranks, the checkpoint record, `aogpt convert`,
+and checkpoints moving between versions."""
 
 from __future__ import annotations
 
@@ -27,9 +28,9 @@ def _recorded_losses(dump: Path) -> dict[int, float]:
     return losses
 
 
-def _validation(proc) -> list[str]:
-    """The validation metrics line of step 6 (raw and EMA weights)."""
-    marker = "aogpt validation step 6: "
+def _validation(proc, step: int = 6) -> list[str]:
+    """The validation metrics line of `step` (raw and EMA weights)."""
+    marker = f"aogpt validation step {step}: "
     return [ln.split(marker)[1] for ln in (proc.stdout + proc.stderr).splitlines() if marker in ln]
 
 
@@ -57,6 +58,24 @@ def test_two_fsdp_processes_resume_exactly(tmp_path):
     assert {s: recorded[s] for s in (4, 5, 6)} == {s: after[s] for s in (4, 5, 6)}
     val, val_again = _validation(full), _validation(resumed)
     assert val and val == val_again  # EMA included: its state resumed too
+
+
+@pytest.mark.slow
+def test_two_processes_train_alike_through_stock_torchrun(tmp_path):
+    """`torchrun --nproc_per_node=2 -m torchtitan.train --module aogpt_plugin --config aogpt_debug` with the
+    launcher's options in 0.3's names (recipe.translate_cli) prints the launcher's losses and validation."""
+    from aogpt_plugin.training.titan03.recipe import translate_cli
+
+    launcher = run_torchrun(["aogpt_plugin.train", *_args(tmp_path / "launcher", 4)], nproc=2)
+    assert launcher.returncode == 0, launcher.stderr[-3000:]
+    special, options = translate_cli(_args(tmp_path / "stock", 4))
+    assert special == {"job.config_file": "train_configs/aogpt_debug.toml"}
+    stock = run_torchrun(["torchtitan.train", "--module", "aogpt_plugin", "--config", "aogpt_debug", *options], nproc=2)
+    assert stock.returncode == 0, stock.stderr[-3000:]
+    losses = printed_losses(launcher.stdout + launcher.stderr)
+    assert sorted(losses) == [1, 2, 3, 4] and printed_losses(stock.stdout + stock.stderr) == losses
+    val = _validation(launcher, 4)
+    assert val and set(_validation(stock, 4)) == set(val)  # stock: every rank logs
 
 
 def _convert(dump: Path, out: Path, weights: str):
@@ -118,41 +137,64 @@ def test_checkpoints_move_from_0_2_2_to_0_3_only(tmp_path):
     assert "written by torchtitan 0.3.0" in line and "step-4" in line, line
 
 
-STOCK = """
-import sys
-from aogpt_plugin.training.launcher import default_to_one_process
-from aogpt_plugin.training.titan03.cpu import enable_torchtitan_on_cpu
-default_to_one_process()
-for name in [n for n in sys.modules if n.startswith("aogpt_plugin")]:
-    del sys.modules[name]  # as under `-m torchtitan.train`: torchtitan first, then --module's import
-enable_torchtitan_on_cpu()  # what a GPU node does not need
-import torchtitan.train
-sys.argv[0] = "torchtitan.train"
-torchtitan.train.main()
-"""
+# The debug recipe's first 8 losses under torchtitan 0.2.2 (.venv, torch 2.13.0, one process):
+#   python -m aogpt_plugin.train --job.config_file train_configs/aogpt_debug.toml --training.steps 8 \
+#       --metrics.log_freq 1 --debug.seed 7 --metrics.disable_color_printing --job.dump_folder D
+DEBUG_LOSSES_0_2_2 = {
+    1: "10.83492", 2: "10.83815", 3: "10.82371", 4: "10.82710",
+    5: "10.80708", 6: "10.78901", 7: "10.75271", 8: "10.68272",
+}  # fmt: skip
+EIGHT_STEPS = [
+    "--training.steps",
+    "8",
+    "--metrics.log_freq",
+    "1",
+    "--debug.seed",
+    "7",
+    "--metrics.disable_color_printing",
+]
 
 
-def test_stock_torchtitan_train_runs_module_aogpt_plugin(tmp_path):
-    """`python -m torchtitan.train --module aogpt_plugin --config aogpt_debug` (emulated: on a CPU the
-    stock entry dies on triton first): the package imports under 0.3, the recipe is the config."""
-    args = ["--module", "aogpt_plugin", "--config", "aogpt_debug", "--training.steps", "1", "--debug.seed", "7"]
-    args += ["--dump_folder", str(tmp_path / "run"), "--validator.no-enable", "--metrics.disable_color_printing"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-c", STOCK, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+def test_debug_recipe_gives_0_2_2_losses_through_the_launcher_and_stock_torchrun(tmp_path):
+    """The command GPU users run, `torchrun --nproc_per_node=N -m torchtitan.train --module aogpt_plugin
+    --config aogpt_debug`, trains on this CPU-only machine (the config function applies the CPU support)
+    and prints the launcher's losses, which are 0.2.2's."""
+    launcher = launch_train(
+        ["--job.config_file", "train_configs/aogpt_debug.toml", *EIGHT_STEPS, "--validation.no-enable"]
+        + ["--checkpoint.no-enable", "--job.dump_folder", str(tmp_path / "launcher")]
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert printed_losses(proc.stdout + proc.stderr) == {1: "10.83492"}  # the launcher's and 0.2.2's step 1
-    assert (tmp_path / "run" / "checkpoint" / "step-1" / "aogpt.json").is_file()
+    assert launcher.returncode == 0, launcher.stderr[-3000:]
+    assert printed_losses(launcher.stdout + launcher.stderr) == DEBUG_LOSSES_0_2_2
+    args = ["torchtitan.train", "--module", "aogpt_plugin", "--config", "aogpt_debug", *EIGHT_STEPS]
+    stock = run_torchrun([*args, "--validator.no-enable", "--dump_folder", str(tmp_path / "stock")], nproc=1)
+    assert stock.returncode == 0, stock.stderr[-3000:]
+    assert printed_losses(stock.stdout + stock.stderr) == DEBUG_LOSSES_0_2_2
+    record = json.loads((tmp_path / "stock" / "checkpoint" / "step-8" / "aogpt.json").read_text())
+    assert record["torchtitan"].startswith("0.3") and sorted(record["losses"]) == [str(s) for s in range(1, 9)]
 
 
-def _stock(tmp_path, *extra: str) -> subprocess.CompletedProcess:
+def _stock(tmp_path, *extra: str, torch_version: str | None = None) -> subprocess.CompletedProcess:
+    """`python -m torchtitan.train --module aogpt_plugin --config aogpt_debug ...` as one process (torchrun's
+    variables set by hand: torchrun itself prints a traceback of its own for any child that fails);
+    `torch_version`: what torch says it is."""
     args = ["--module", "aogpt_plugin", "--config", "aogpt_debug", *extra]
     args += ["--dump_folder", str(tmp_path / "run"), "--validator.no-enable", "--metrics.disable_color_printing"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    return subprocess.run(
-        [sys.executable, "-c", STOCK, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
-    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"}
+    env |= {"LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(29500 + os.getpid() % 1000)}
+    command = [sys.executable, "-m", "torchtitan.train", *args]
+    if torch_version:
+        run = f"import runpy, sys, torch; torch.__version__ = {torch_version!r}; sys.argv[0] = 'torchtitan.train'; "
+        command = [sys.executable, "-c", run + "runpy.run_module('torchtitan.train', run_name='__main__')", *args]
+    return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_stock_torchtitan_train_on_an_older_torch_is_one_line(tmp_path):
+    proc = _stock(tmp_path, "--training.steps", "1", torch_version="2.13.0")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    (line,) = error_lines(proc)
+    assert "torchtitan 0.3.0 needs torch >= 2.14 and this is torch 2.13.0" in line, line
+    assert not (tmp_path / "run").exists()
 
 
 def test_stock_torchtitan_train_refuses_in_one_line(tmp_path):

@@ -1,12 +1,16 @@
-"""torchtitan runs on CPU after the patches: device type, device module, no triton needed, honest
-memory (resident set size) and no MFU (a CPU has no stable peak to divide by)."""
+"""torchtitan runs on CPU after the patches (the shared cpu.py, applied by the installed version's glue;
+these tests run the 0.2.2 one): device type, device module, no triton needed, honest memory
+(resident set size) and no MFU (a CPU has no stable peak to divide by)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
+import pytest
 from conftest import ROOT
+
+from aogpt_plugin.training import cpu
 
 
 def test_patches_make_torchtitan_importable_and_cpu_bound():
@@ -69,3 +73,21 @@ assert lines[1].startswith("CPU run: no MFU"), lines
 """
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_a_triton_module_stands_in_only_without_triton(monkeypatch):
+    """torch's CPU wheels have no triton: the module that imports it (for MoE only) is a stub whose
+    kernels raise when called; with triton installed nothing is replaced."""
+    name = "aogpt_test_fake.kernels"
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    real_find_spec = cpu.importlib.util.find_spec
+    monkeypatch.setattr(cpu.importlib.util, "find_spec", lambda n: object() if n == "triton" else real_find_spec(n))
+    cpu.stub_triton_module(name, "MoE only")
+    assert name not in sys.modules  # triton there: the real module will be imported
+    monkeypatch.setattr(cpu.importlib.util, "find_spec", lambda n: None if n == "triton" else real_find_spec(n))
+    cpu.stub_triton_module(name, "MoE only")
+    from aogpt_test_fake.kernels import permute  # noqa: I001  (the stub answers any name)
+
+    with pytest.raises(RuntimeError, match=r"permute needs triton \(MoE only\)"):
+        permute()
+    monkeypatch.delitem(sys.modules, name)
