@@ -222,9 +222,9 @@ class _Run:
 
         argv, world_size = self.argv, self.world_size
         try:
+            check_one_config_file(argv)
             check_torchtitan_installed()
             check_torch_for_titan03()
-            check_one_config_file(argv)
         except UserError as e:
             return self.fail(str(e), 2)
 
