@@ -118,8 +118,10 @@ class ModelDirConfig:
 
 def read_config(path: str) -> ModelDirConfig:
     """config.json of a model folder, checked: format, model args. Reads no weights."""
-    if os.path.isfile(path):
-        raise UserError(f"model directory {path!r} is a file; give the folder `aogpt convert` wrote")
+    if os.path.isfile(path) or kind_of(path):
+        raise UserError(
+            f"model directory {path!r} is {kind_of(path) or 'a file'}; give the folder `aogpt convert` wrote"
+        )
     if not os.path.isdir(path):
         raise UserError(f"model directory {path!r} does not exist (make one with `aogpt convert`)")
     try:

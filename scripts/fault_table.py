@@ -1,12 +1,13 @@
 """Inject every fault of docs/reliability.md and record what a user sees and what is kept.
 
-    python scripts/fault_table.py            # prints the markdown table (about 4 minutes on 2 cores)
+    python scripts/fault_table.py            # prints the markdown table (13 minutes on 2 shared cores)
     python scripts/fault_table.py --write    # and replaces the table in docs/reliability.md
 
 Each row runs the command written in it (in a scratch folder, with TIKTOKEN_CACHE_DIR and
 AOGPT_DATA_DIR set as `make` sets them), takes the `error:` line and the exit status it printed,
-and checks what is left on disk. A row whose command printed a traceback, or more than one error
-line, says so in the table: this script reports, it does not hide.
+and checks what is left on disk. The full-disk rows mount small tmpfs filesystems (root only;
+elsewhere the row says why it was not run). A row whose command printed a traceback, or more than
+one error line, says so in the table: this script reports, it does not hide.
 """
 
 from __future__ import annotations

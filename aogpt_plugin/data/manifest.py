@@ -105,19 +105,29 @@ def _verified_record():
         except (OSError, ValueError):
             record = {}
         before = dict(record)
-        yield record
-        if record != before and lock is not None:
-            record = {k: v for k, v in record.items() if os.path.exists(k)}  # forget files that are gone
-            try:
-                fd, tmp = tempfile.mkstemp(prefix=f".{VERIFIED_FILE}.", dir=folder)
-                with os.fdopen(fd, "w", encoding="utf-8") as f:
-                    json.dump(record, f)
-                os.replace(tmp, path)
-            except OSError:
-                pass
+        try:
+            yield record
+        finally:  # also after a bad shard or a Ctrl-C: the shards that matched need no second reading
+            if record != before and lock is not None:
+                _write_record(path, {k: v for k, v in record.items() if os.path.exists(k)})  # gone: forgotten
     finally:
         if lock is not None:
             lock.close()
+
+
+def _write_record(path: str, record: dict) -> None:
+    """Replace the record whole; one that cannot be written (a full disk) is simply not kept."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{VERIFIED_FILE}.", dir=os.path.dirname(path))
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(record, f)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
 
 
 def verify_shards(folder: str, key: str, skip_flag: str, report: Callable[[str], None] | None = None) -> int:

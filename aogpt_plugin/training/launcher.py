@@ -138,7 +138,7 @@ def stopped_message(error, job_config, argv: list[str], world_size: int) -> str:
     )
 
 
-def stop_request_message(stop, job_config, argv: list[str], world_size: int) -> str:
+def stop_request_message(stop, argv: list[str], world_size: int) -> str:
     if stop.step_dir is None:  # checkpointing off
         return (
             f"{stop}; checkpointing is off (checkpoint.enable=false), so nothing was saved: a new run starts "
@@ -260,7 +260,7 @@ class _Run:
             return self.fail(stopped_message(e, job_config, argv, world_size), 3)
         except StopRequested as e:
             forget_elastic_traceback()
-            return self.fail(stop_request_message(e, job_config, argv, world_size), 128 + e.signum)
+            return self.fail(stop_request_message(e, argv, world_size), 128 + e.signum)
         except CheckpointDiskFullError as e:
             forget_elastic_traceback()
             return self.fail(disk_full_message(e, argv, world_size), 2)
