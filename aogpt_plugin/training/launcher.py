@@ -22,6 +22,7 @@ AOGPT_LOG_ALL_RANKS=1.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import shlex
 import signal
@@ -189,6 +190,7 @@ def main() -> int:
     from ..errors import stop_at_once_on_signals
 
     stop_at_once_on_signals()  # start-up: SIGTERM and Ctrl-C stop at once, in one line (the optimizers take over)
+    logging.raiseExceptions = False  # a log file on a full disk (0.3's structured log): no traceback per record
     argv = sys.argv[1:]
     default_to_one_process()
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
