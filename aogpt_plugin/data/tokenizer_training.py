@@ -8,6 +8,8 @@ corpus is read (an existing file is replaced only with `--force`) and written wh
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 
 from ..errors import UserError, check_writable, interruption
@@ -27,6 +29,8 @@ def train_tokenizer(corpus: str, vocab_size: int, out: str, max_bytes: int = 20_
     if not out.endswith(".json"):
         raise UserError(f"OUT {out!r} must be a path ending in .json (the tokenizer.json to write)")
     files = list_text_files(corpus, key="CORPUS")
+    with contextlib.suppress(OSError):  # OUT's folder is made, as it always was (a file in the way: said below)
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     check_writable(out, "OUT", force)
 
     def texts():

@@ -10,8 +10,8 @@ titan022/checkpoint_save.py; 0.3 overrides `_save`, titan03/checkpoint.py), so t
   resumed by 0.2.2: preflight refuses it in one line);
 * a stop requested by SIGTERM or Ctrl-C (stop_request.py) saves a complete checkpoint at the step
   every rank agreed on, then raises StopRequested;
-* a save that fails because the disk is full (however it arrives: disk_full.py) raises
-  CheckpointDiskFullError naming the newest complete checkpoint; the partial folder is removed and
+* a save that fails because the disk is full (however it arrives: errors.disk_full_reason) raises
+  CheckpointDiskFullError (disk_full.py) naming the newest complete checkpoint; the partial folder is removed and
   nothing older is touched (torchtitan purges old checkpoints only after a successful save);
 * a second Ctrl-C during a save (DCP wraps it in its CheckpointException) removes the partial folder
   and stops at once (Interrupted), the newest complete checkpoint named by the launcher;
@@ -21,12 +21,14 @@ titan022/checkpoint_save.py; 0.3 overrides `_save`, titan03/checkpoint.py), so t
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
 from collections.abc import Callable
 
-from ..checkpoints import write_record
-from ..errors import Interrupted, interruption
-from .disk_full import checkpoint_disk_full, remove_partial_saves
+from ..checkpoints import has_metadata, newest_complete_step, step_folders, write_record
+from ..errors import Interrupted, disk_full_reason, folder_bytes, interruption
+from .disk_full import CheckpointDiskFullError
 from .stop_request import StopRequested
 from .versions import torchtitan_version
 
@@ -72,13 +74,40 @@ def save_recorded(
             removed = remove_partial_saves(manager.folder) if _rank() == 0 else []
             detail = f"the partial {removed[0]} was removed" if removed else None
             raise Interrupted(getattr(stop, "signum", signal.SIGINT), detail) from None
-        full = checkpoint_disk_full(e, manager.folder, step_dir, _rank())
+        full = _disk_full(e, manager.folder, step_dir)
         if full is None:
             raise
         raise full from None
     if stopping:
         raise StopRequested(curr_step, guard.stop.signum, step_dir)
     return result
+
+
+def _disk_full(error: BaseException, folder: str, step_dir: str) -> CheckpointDiskFullError | None:
+    """The error to raise when saving `step_dir` failed for lack of space, else None. Rank 0 removes the
+    partial folder; the other ranks, which may look after it did (and so see the space it freed), take
+    a short write for a full disk as rank 0 judged it."""
+    newest = newest_complete_step(folder)
+    needed = folder_bytes(os.path.join(folder, f"step-{newest}")) if newest is not None else None
+    reason = disk_full_reason(error, folder, needed if _rank() == 0 else 1 << 62)
+    if reason is None:
+        return None
+    removed = remove_partial_saves(folder) if _rank() == 0 else []
+    partial_removed = step_dir in removed or not os.path.isdir(step_dir)
+    return CheckpointDiskFullError(reason, step_dir, partial_removed, needed, folder, newest_complete_step(folder))
+
+
+def remove_partial_saves(folder: str) -> list[str]:
+    """Remove the step folders newer than the newest complete one that have no `.metadata` (what a
+    failed or interrupted save of this run leaves; one run per dump folder, so nothing else's)."""
+    newest = newest_complete_step(folder)
+    removed = []
+    for step in step_folders(folder):
+        step_dir = os.path.join(folder, f"step-{step}")
+        if (newest is None or step > newest) and not has_metadata(step_dir):
+            shutil.rmtree(step_dir, ignore_errors=True)
+            removed.append(step_dir)
+    return removed
 
 
 def stop_without_checkpoint(guard, curr_step: int, last_step: bool = False) -> None:
