@@ -14,7 +14,7 @@ import os
 import re
 import sys
 
-from .errors import UserError
+from .errors import UserError, exit_status, interrupted_line, restore_signals, stop_at_once_on_signals
 
 COMMANDS = {  # name: (module whose add_to defines it, one-line help); train, lm-eval: their own parsers
     "train": (None, "train with torchtitan: `python -m aogpt_plugin.train ARGS` (torchrun -m ... for several)"),
@@ -118,6 +118,19 @@ def run_lm_eval(argv: list[str]) -> int:
             raise
         key = clash.group(1)
         raise UserError(f"model_args {key}= is also set by lm_eval's own --{key}; give it once, as --{key}") from None
+    except ValueError as e:  # lm_eval's own check of --tasks
+        missing = re.match(r"Tasks not found: (.*)", str(e))
+        if missing is None:
+            raise
+        raise UserError(
+            f"--tasks: lm_eval has no task {missing.group(1)}; list them with `aogpt lm-eval ls tasks` (a task of "
+            "your own: --include_path FOLDER, e.g. lambada_local with --include_path lm_eval_tasks)"
+        ) from None
+    except ConnectionError as e:  # a task's data set is fetched from the Hugging Face hub
+        raise UserError(
+            f"lm_eval could not fetch a task's data: {e}; run where the hub can be reached once (the data is then "
+            "cached), or use a local task: --tasks lambada_local --include_path lm_eval_tasks (docs/evaluation.md)"
+        ) from None
     finally:
         sys.argv = saved
     return 0
@@ -174,6 +187,14 @@ def _silence_stdout() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    previous = stop_at_once_on_signals()  # Ctrl-C, SIGTERM: writers remove their temporaries, then one line
+    try:
+        return _main(argv)
+    finally:
+        restore_signals(previous)
+
+
+def _main(argv: list[str]) -> int:
     if not argv:  # the command list, not a usage error
         build_parser("").print_help()
         return 0
@@ -196,6 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (errors.Interrupted)
+        print(f"error: {interrupted_line(e)}", file=sys.stderr)
+        return exit_status(e)
     except OutputError as e:  # `aogpt sample > /dev/full`
         sys.stdout = stdout
         _silence_stdout()

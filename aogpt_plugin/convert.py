@@ -16,7 +16,7 @@ import warnings
 from typing import TYPE_CHECKING
 
 from .checkpoints import read_metadata, resolve_step_dir
-from .errors import UserError
+from .errors import UserError, interruption
 from .model import AOGPTModelArgs
 
 if TYPE_CHECKING:  # torch and the model folder load only when a conversion runs (fast --help)
@@ -98,7 +98,10 @@ def read_checkpoint_weights(step_dir: str, weights: str) -> tuple[dict[str, torc
         warnings.simplefilter("ignore", UserWarning)
         try:
             dcp.load(state, checkpoint_id=step_dir, no_dist=True)
-        except (Exception, CheckpointException):  # data files whose bytes are not what .metadata describes
+        except (Exception, CheckpointException) as e:  # data files whose bytes are not what .metadata describes
+            stop = interruption(e)  # DCP wraps a Ctrl-C / SIGTERM too
+            if stop is not None:
+                raise stop from None
             raise UserError(
                 f"{step_dir!r}: its data files cannot be read as the tensors its .metadata describes (corrupt checkpoint)"
             ) from None
@@ -177,7 +180,11 @@ def convert(
     from .model_dir import check_out_dir, save_model_dir
 
     check_out_dir(out_dir, force)
-    state, config = read_checkpoint(checkpoint_dir, weights, step, tokenizer)
+    try:
+        state, config = read_checkpoint(checkpoint_dir, weights, step, tokenizer)
+    except KeyboardInterrupt as e:  # Ctrl-C / SIGTERM while reading: the command's one line says so
+        e.detail = f"{out_dir!r} was not written"
+        raise
     save_model_dir(out_dir, state, config)
     return config
 

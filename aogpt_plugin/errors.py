@@ -1,10 +1,16 @@
 """Errors meant for the user: one line that names the bad value and what is allowed.
 
-CLIs print `error: <message>` and exit with status 2 for these, without a traceback.
+CLIs print `error: <message>` and exit with status 2 for these, without a traceback. Faults of the
+environment are named the same way: a full disk (DiskFullError, recognised however it arrives) and
+a stop by Ctrl-C or SIGTERM (Interrupted, exit status 128 + the signal).
 """
 
+import errno
 import os
+import signal
+import stat
 import sys
+import threading
 
 
 class UserError(Exception):
@@ -26,17 +32,21 @@ def require_at_least(flag: str, value: int | None, low: int, meaning: str) -> No
         raise UserError(f"{flag} {value}: {meaning} must be >= {low}")
 
 
-def check_writable(path: str, flag: str) -> None:
-    """A file the command will write at the end can be written, checked before any work is done."""
-    import os
-
+def check_writable(path: str, flag: str, force: bool = False) -> None:
+    """A file the command will write at the end can be written, checked before any work is done: not
+    a folder, device or FIFO, its folder exists and is writable, and an existing file only with `force`."""
     folder = os.path.dirname(os.path.abspath(path))
+    special = kind_of(path)
+    if special:
+        raise UserError(f"{flag} {path!r} is {special}, not a file; give a file path")
     if os.path.isdir(path):
         raise UserError(f"{flag} {path!r} is a folder; give a file path")
     if not os.path.isdir(folder):
         raise UserError(f"{flag} {path!r} cannot be written: its folder {folder!r} does not exist")
     if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
         raise UserError(f"{flag} {path!r} cannot be written (permission denied)")
+    if os.path.exists(path) and not force:
+        raise UserError(f"{flag} {path!r} already exists; pass --force to replace it")
 
 
 def exit_in_one_line_on_user_error() -> None:
@@ -58,3 +68,160 @@ def exit_in_one_line_on_user_error() -> None:
 
     hook.aogpt_user_errors = True
     sys.excepthook = hook
+
+
+# ---- signals: Ctrl-C and SIGTERM stop a command in one line ---------------------------------------
+SIGNAL_NAMES = {signal.SIGINT: "Ctrl-C (SIGINT)", signal.SIGTERM: "SIGTERM"}
+
+
+class Interrupted(KeyboardInterrupt):
+    """Stopped at once by SIGINT or SIGTERM. Exit status 128 + `signum`; `detail` (set by a writer
+    that cleaned up) says what became of its output."""
+
+    def __init__(self, signum: int = signal.SIGINT, detail: str | None = None):
+        self.signum, self.detail = signum, detail
+        super().__init__(SIGNAL_NAMES.get(signum, str(signum)))
+
+
+def stop_at_once_on_signals() -> dict:
+    """SIGTERM (a scheduler's stop) and Ctrl-C raise Interrupted in the main thread, so writers'
+    `except BaseException` clean-ups run and the command ends in one line, not a traceback (Ctrl-C)
+    or a silent death that leaves temporaries behind (SIGTERM's default). Returns the handlers it
+    replaced (`restore_signals` puts them back); a no-op outside the main thread."""
+
+    def handle(signum, frame):
+        raise Interrupted(signum)
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {signum: signal.signal(signum, handle) for signum in SIGNAL_NAMES}
+
+
+def restore_signals(previous: dict) -> None:
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
+
+
+def interrupted_line(error: KeyboardInterrupt) -> str:
+    """`stopped by Ctrl-C (SIGINT); <what the writer left>`: a command's one line after a signal."""
+    name = SIGNAL_NAMES.get(getattr(error, "signum", signal.SIGINT), "a signal")
+    detail = getattr(error, "detail", None)
+    return f"stopped by {name}" + (f"; {detail}" if detail else "")
+
+
+def interruption(error: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C / SIGTERM inside `error`, when a library wrapped it (DCP turns every rank's
+    exception, KeyboardInterrupt included, into a CheckpointException), else None."""
+    return next((e for e in _causes(error) if isinstance(e, KeyboardInterrupt)), None)
+
+
+def exit_status(error: KeyboardInterrupt) -> int:
+    return 128 + getattr(error, "signum", signal.SIGINT)
+
+
+# ---- a full disk: recognised as it really arrives, named in one line -------------------------------
+class DiskFullError(UserError):
+    """A write ran out of disk space (or of the user's quota)."""
+
+
+_FULL_ERRNOS = {errno.ENOSPC: "No space left on device", errno.EDQUOT: "Disk quota exceeded"}
+# torch's zip writer (torch.save, DCP's data files) loses the write's errno: after a failed write it
+# reports `[enforce fail at inline_container.cc:...] unexpected pos 704 vs 598` or `file write failed`
+_SHORT_WRITE = ("unexpected pos", "file write failed")
+LOW_SPACE = 64 << 20  # without a size to compare with, a filesystem this close to full is full
+
+
+def _causes(error: BaseException):
+    """`error`, its causes and contexts, and each rank's failure inside DCP's CheckpointException."""
+    seen, todo = set(), [error]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        yield e
+        todo += [e.__cause__, e.__context__]
+        failures = getattr(e, "failures", None)  # DCP's CheckpointException: rank -> (exception, traceback)
+        if isinstance(failures, dict):
+            todo += [f[0] if isinstance(f, tuple) else f for f in failures.values()]
+
+
+def disk_full_reason(error: BaseException, folder: str | None = None, needed: int | None = None) -> str | None:
+    """'No space left on device' (or 'Disk quota exceeded') when `error` is a write that ran out of
+    space, else None. ENOSPC/EDQUOT are recognised anywhere in the chain, also as text (safetensors'
+    and tokenizers' Rust errors carry `os error 28`); a short write whose errno was lost (torch's zip
+    writer) counts when `folder`'s filesystem has less than `needed` bytes free (LOW_SPACE without it)."""
+    short = False
+    for e in _causes(error):
+        code = getattr(e, "errno", None)
+        if code in _FULL_ERRNOS:
+            return _FULL_ERRNOS[code]
+        text = str(e)
+        for reason in _FULL_ERRNOS.values():
+            if reason in text:
+                return reason
+        if f"os error {errno.ENOSPC})" in text:
+            return _FULL_ERRNOS[errno.ENOSPC]
+        short = short or any(s in text for s in _SHORT_WRITE)
+    if short and folder is not None and free_bytes(folder) < (needed or LOW_SPACE):
+        return _FULL_ERRNOS[errno.ENOSPC]
+    return None
+
+
+def free_bytes(path: str) -> int:
+    """Bytes free on the filesystem holding `path` (or its nearest existing parent), as `df` shows them."""
+    path = os.path.abspath(path)
+    while not os.path.exists(path) and path != os.path.dirname(path):
+        path = os.path.dirname(path)
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return 1 << 62
+    return st.f_bavail * st.f_frsize
+
+
+def folder_bytes(path: str) -> int:
+    """Bytes of the files under `path` (0 if it is gone)."""
+    if os.path.isfile(path):
+        return os.path.getsize(path)
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.path.getsize(os.path.join(root, name))
+            except OSError:
+                pass
+    return total
+
+
+def size_text(n: int) -> str:
+    """Bytes for a person: 512 B, 3.4 MB, 109.1 GB (decimal units, as df -H and the docs use)."""
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def space_note(folder: str, needed: int | None) -> str:
+    """'it needs 109.1 MB and 51.2 MB are free there' (only the free space when the need is unknown)."""
+    free = size_text(free_bytes(folder))
+    return f"it needs {size_text(needed)} and {free} are free there" if needed else f"{free} are free there"
+
+
+# ---- what a command refuses to write over ---------------------------------------------------------
+def kind_of(path: str) -> str | None:
+    """'a character device', 'a FIFO', ... for an existing path that is neither a regular file nor a
+    folder (writing one would block, vanish or fail after the work), else None."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    for test, name in (
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return None

@@ -453,8 +453,12 @@ def export(
     files = {MODELING_FILE: modeling_file().encode("utf-8"), CONFIGURATION_FILE: configuration_file().encode("utf-8")}
     check_source(src, weights, step, tokenizer)  # cheap: before OUT_DIR is locked
     check_out_dir(out_dir, force)
-    state, config, where = read_source(src, weights, step, tokenizer, verify)
-    tokenizer_bytes, eos_id = tokenizer_files(config, where)
+    try:
+        state, config, where = read_source(src, weights, step, tokenizer, verify)
+        tokenizer_bytes, eos_id = tokenizer_files(config, where)
+    except KeyboardInterrupt as e:  # Ctrl-C / SIGTERM while reading: the command's one line says so
+        e.detail = f"{out_dir!r} was not written"
+        raise
     files.update(tokenizer_bytes)
     spec = config.tokenizer
     if spec.endswith(".json") and not os.path.isabs(spec):  # model_dir copies it from here

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
-import hashlib
 import json
 import os
 import shutil
@@ -34,9 +33,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .errors import ConfigError, UserError
+from .data.manifest import file_sha256
+from .errors import ConfigError, DiskFullError, UserError, disk_full_reason, kind_of, space_note
 from .model import AOGPT, AOGPTModelArgs
-from .temporaries import make_temporary
+from .temporaries import make_temporary, move_into_place
 
 FORMAT = "aogpt-converted"
 FORMAT_VERSION = 1
@@ -93,25 +93,35 @@ class ModelDirConfig:
     def build_tokenizer(self, path: str = "model", check_vocab: bool = True):
         """The model's tokenizer (a tokenizer.json is read from the folder). Scoring text needs its
         vocabulary to be the one the model embeds (`check_vocab`); decoding sampled ids only needs
-        them to exist in it."""
+        every id the weights can produce to exist in it (a config.json whose tokenizer was changed
+        by hand is refused, not sampled into ids beyond it)."""
         from .data.tokenizer import load_tokenizer
 
         spec = self.tokenizer
         if spec.endswith(".json") and not os.path.isabs(spec):
             spec = os.path.join(path, spec)
         tokenizer = load_tokenizer(spec, key=f"model {path!r}: tokenizer")
-        if check_vocab and tokenizer.get_vocab_size() != self.vocab_size:
+        size = tokenizer.get_vocab_size()
+        if size < self.vocab_size:
+            raise UserError(
+                f"model {path!r}: its weights have a {self.vocab_size}-token vocabulary (model_args.vocab_size) but "
+                f"its config.json names the tokenizer {tokenizer.name!r} of {size} tokens, which cannot decode the "
+                "ids beyond it; restore the tokenizer it was trained with (convert the checkpoint again)"
+            )
+        if check_vocab and size != self.vocab_size:
             raise UserError(
                 f"model {path!r} has a {self.vocab_size}-token vocabulary but its tokenizer {tokenizer.name!r} "
-                f"has {tokenizer.get_vocab_size()}; it cannot score {tokenizer.name} text"
+                f"has {size}; it cannot score {tokenizer.name} text"
             )
         return tokenizer
 
 
 def read_config(path: str) -> ModelDirConfig:
     """config.json of a model folder, checked: format, model args. Reads no weights."""
-    if os.path.isfile(path):
-        raise UserError(f"model directory {path!r} is a file; give the folder `aogpt convert` wrote")
+    if os.path.isfile(path) or kind_of(path):
+        raise UserError(
+            f"model directory {path!r} is {kind_of(path) or 'a file'}; give the folder `aogpt convert` wrote"
+        )
     if not os.path.isdir(path):
         raise UserError(f"model directory {path!r} does not exist (make one with `aogpt convert`)")
     try:
@@ -204,14 +214,6 @@ def check_finite(state: dict[str, torch.Tensor], where: str) -> None:
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
             bad = int((~torch.isfinite(t)).sum())
             raise UserError(f"{where}: tensor {name!r} holds {bad} NaN/inf values of {t.numel()}; refusing to use it")
-
-
-def file_sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def verify_weights(weights_file: str, expected: str) -> None:
@@ -322,8 +324,8 @@ def check_out_dir(out_dir: str, force: bool = False) -> None:
     """OUT_DIR can be (re)placed, checked before any expensive work: not a file, its parent is (or can
     become) a folder, it does not exist unless `force`, and then it is a model folder. Takes the
     folder's writer lock, held until `save_model_dir` has written it (or the process ends)."""
-    if os.path.isfile(out_dir):
-        raise UserError(f"output directory {out_dir!r} is a file; give a folder path")
+    if os.path.isfile(out_dir) or kind_of(out_dir):
+        raise UserError(f"output directory {out_dir!r} is {kind_of(out_dir) or 'a file'}; give a folder path")
     parent = os.path.dirname(os.path.abspath(out_dir))
     while not os.path.exists(parent):
         parent = os.path.dirname(parent)
@@ -384,16 +386,22 @@ def save_model_dir(
                     f.write(data)
             for name in os.listdir(tmp):
                 os.chmod(os.path.join(tmp, name), 0o644)
-            if os.path.exists(out_dir):
-                old = tmp + ".old"
-                os.rename(out_dir, old)
-                os.rename(tmp, out_dir)
-                shutil.rmtree(old)
-            else:
-                os.rename(tmp, out_dir)
-        except BaseException:
+            move_into_place(tmp, out_dir)
+        except BaseException as e:
             shutil.rmtree(tmp, ignore_errors=True)
-            raise
+            kept = (
+                f"the existing {out_dir!r} is kept as it was" if os.path.exists(out_dir) else "nothing was left behind"
+            )
+            if isinstance(e, KeyboardInterrupt):  # Ctrl-C / SIGTERM: the command's one line says what is left
+                e.detail = f"{out_dir!r} was not written ({kept})"
+                raise
+            needed = sum(t.numel() * t.element_size() for t in state.values()) + sum(map(len, files.values()))
+            reason = disk_full_reason(e, parent, needed) if isinstance(e, Exception) else None
+            if reason is None:
+                raise
+            raise DiskFullError(
+                f"the disk is full: writing {out_dir!r} failed ({reason}); {space_note(parent, needed)}; {kept}"
+            ) from None
     finally:
         _release_lock(out_dir)
 

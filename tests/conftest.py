@@ -142,6 +142,53 @@ def debug_train_args(dump: Path, steps: int, **overrides) -> list[str]:
     return out
 
 
+@pytest.fixture(scope="session", autouse=True)
+def aogpt_cache(tmp_path_factory):
+    """What aogpt caches (the shards that matched their manifest's sha256) goes to a folder of the test
+    session, not the user's ~/.cache, also in the commands the tests launch."""
+    os.environ["AOGPT_CACHE_DIR"] = str(tmp_path_factory.mktemp("aogpt_cache"))
+    return os.environ["AOGPT_CACHE_DIR"]
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """`small_disk(size)`: a real size-limited filesystem (a tmpfs of `size`, e.g. "8m") mounted in the
+    test's folder, unmounted afterwards: the kernel answers ENOSPC as a full disk does, through every
+    writer's own path (DCP, safetensors, tokenizers, torch's zip writer). Skipped, with the reason,
+    where mounting is not allowed (not root, or a container without the right)."""
+    mounted = []
+
+    def mount(size: str) -> Path:
+        path = tmp_path / f"disk{len(mounted)}"
+        path.mkdir()
+        try:
+            proc = subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0777", "tmpfs", str(path)],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+        except (OSError, subprocess.SubprocessError) as e:
+            proc = subprocess.CompletedProcess([], 1, "", str(e))
+        if proc.returncode != 0:
+            why = (proc.stderr.strip().splitlines() or ["mount failed"])[-1]
+            pytest.skip(f"a real full disk needs a tmpfs mount, which is not allowed here ({why})")
+        mounted.append(path)
+        return path
+
+    yield mount
+    for path in mounted:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=30)
+
+
+def fill_disk(path: Path, leave: int) -> None:
+    """Fill the filesystem of `path` until `leave` bytes are free (a file named `filler`)."""
+    st = os.statvfs(path)
+    free = st.f_bavail * st.f_frsize
+    with open(path / "filler", "wb") as f:
+        f.write(b"\0" * max(free - leave, 0))
+
+
 @pytest.fixture
 def one_cpu_thread():
     """Tiny models' ops are far too small for intra-op threads; on a shared 2-core CPU OpenMP

@@ -1,7 +1,13 @@
 """convert.py: model args read off parameter shapes, and one-line refusals of checkpoints that would
-write NaN/inf weights, bytes that are not a checkpoint, or an output folder that cannot exist."""
+write NaN/inf weights, bytes that are not a checkpoint, or an output folder that cannot exist; a
+full disk and a signal are one line, with nothing left behind."""
 
 from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -77,3 +83,62 @@ def test_an_output_folder_that_cannot_exist_is_refused_before_reading(tmp_path):
         convert(str(tmp_path / "no-checkpoint-needed"), str(tmp_path / "afile" / "model"))
     with pytest.raises(UserError, match="output directory .*afile' is a file"):
         convert(str(tmp_path / "no-checkpoint-needed"), str(tmp_path / "afile"), force=True)
+
+
+def test_a_device_as_out_dir_is_refused_before_reading(tmp_path):
+    for out, kind in (("/dev/full", "a character device"), ("/dev/null", "a character device")):
+        with pytest.raises(UserError, match=f"output directory '{out}' is {kind}; give a folder path"):
+            convert(str(tmp_path / "no-checkpoint-needed"), out)
+
+
+def test_a_real_full_disk_is_one_line_naming_the_bytes_and_leaves_nothing(tmp_path, small_disk, capsys):
+    """Reported: a 17-line `SafetensorError ... No space left on device` traceback."""
+    from aogpt_plugin.cli import main
+
+    _dcp_checkpoint(tmp_path / "ckpt" / "step-3", tiny_model(vocab_size=50257, max_seq_len=16))
+    disk = small_disk("1m")
+    assert main(["convert", str(tmp_path / "ckpt"), str(disk / "m")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: the disk is full: writing '{disk}/m' failed (No space left on device); it needs ")
+    assert err.rstrip().endswith("are free there; nothing was left behind") and os.listdir(disk) == []
+
+
+SLOW_SAVE = """
+import sys, time
+import safetensors.torch
+from aogpt_plugin import cli
+
+save_file = safetensors.torch.save_file
+
+def slow_save_file(state, path, *args, **kwargs):
+    save_file(state, path, *args, **kwargs)  # the temporary folder now holds the weights
+    print("weights written", file=sys.stderr, flush=True)
+    time.sleep(60)
+
+safetensors.torch.save_file = slow_save_file
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize(("command", "signum"), [("convert", signal.SIGINT), ("export", signal.SIGTERM)])
+def test_a_signal_while_writing_is_one_line_and_removes_the_temporary(tmp_path, command, signum):
+    """Reported: Ctrl-C during `aogpt convert`/`export` printed a KeyboardInterrupt traceback."""
+    _dcp_checkpoint(tmp_path / "ckpt" / "step-3", tiny_model(vocab_size=50257, max_seq_len=16))
+    out = tmp_path / "out" / "m"
+    (tmp_path / "out").mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW_SAVE, command, str(tmp_path / "ckpt"), str(out)],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    for line in proc.stderr:
+        if line.startswith("weights written"):
+            break
+    assert [n for n in os.listdir(tmp_path / "out") if n.startswith(".aogpt-convert-")]  # mid-write
+    proc.send_signal(signum)
+    err = proc.stderr.read()
+    proc.wait(timeout=60)
+    assert proc.returncode == 128 + signum
+    name = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C (SIGINT)"
+    assert err.splitlines() == [f"error: stopped by {name}; '{out}' was not written (nothing was left behind)"]
+    assert os.listdir(tmp_path / "out") == []  # no temporary, no lock file

@@ -225,3 +225,21 @@ def test_a_folder_written_before_the_sha256_was_recorded_loads_unchecked(tmp_pat
     del raw["model_sha256"]
     config.write_text(json.dumps(raw))
     assert load_model_dir(str(tmp_path / "m")).config.model_sha256 is None
+
+
+def test_a_tokenizer_smaller_than_the_weights_vocabulary_is_refused_even_for_sampling(tmp_path):
+    """Reported: a hand-edited config.json whose tokenizer did not match the weights sampled silently (ids
+    beyond the tokenizer). Sampling needs every id the weights can produce to exist in it."""
+    import json
+
+    save_model(tiny_model(vocab_size=97), str(tmp_path / "m"))
+    config = tmp_path / "m" / "config.json"
+    config.write_text(json.dumps(json.loads(config.read_text()) | {"tokenizer": "symbols:64"}))
+    with pytest.raises(UserError) as info:
+        read_config(str(tmp_path / "m")).build_tokenizer(str(tmp_path / "m"), check_vocab=False)
+    assert str(info.value).startswith(
+        f"model '{tmp_path}/m': its weights have a 97-token vocabulary (model_args.vocab_size) but its config.json "
+        "names the tokenizer 'symbols:64' of 64 tokens"
+    )
+    config.write_text(json.dumps(json.loads(config.read_text()) | {"tokenizer": "symbols:97"}))
+    assert read_config(str(tmp_path / "m")).build_tokenizer(str(tmp_path / "m"), check_vocab=False)

@@ -35,8 +35,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from ..errors import UserError, require_at_least
-from ..temporaries import make_temporary
+from ..errors import DiskFullError, UserError, disk_full_reason, kind_of, require_at_least, size_text, space_note
+from ..temporaries import make_temporary, move_into_place
 from .manifest import FORMAT, FORMAT_VERSION, MANIFEST, read_manifest
 from .text_files import iter_documents, list_text_files
 
@@ -176,8 +176,8 @@ def _guarded(texts: Iterable[str], source: str, hub: HubSource | None = None) ->
 def check_out_dir(out_dir: str, force: bool) -> None:
     """DIR can be (re)placed: absent or empty, or with --force a prepared folder holding nothing else
     (replacing deletes it, so no file a user put there may be in it). Checked before any download."""
-    if os.path.isfile(out_dir):
-        raise UserError(f"DIR {out_dir!r} is a file; give a folder path")
+    if os.path.isfile(out_dir) or kind_of(out_dir):
+        raise UserError(f"DIR {out_dir!r} is {kind_of(out_dir) or 'a file'}; give a folder path")
     parent = os.path.dirname(os.path.abspath(out_dir))
     while not os.path.exists(parent):
         parent = os.path.dirname(parent)
@@ -240,6 +240,15 @@ class _ShardWriter:
     def finish(self) -> None:
         if self._f is not None:
             self._close()
+
+    def abandon(self) -> None:
+        """Close the open shard without recording it (a failed or stopped run)."""
+        if self._f is not None:
+            try:
+                self._f.close()
+            except OSError:  # its last buffered bytes do not fit either: the file is removed anyway
+                pass
+            self._f = None
 
 
 # ---- preparing ----------------------------------------------------------------------------
@@ -326,13 +335,25 @@ def prepare(
             json.dump(manifest, f, indent=1, ensure_ascii=False)
             f.write("\n")
         check_out_dir(out_dir, force)  # again: it may have changed during a long download
-        _move_into_place(tmp, out_dir)
-    except OSError as e:
+        move_into_place(tmp, out_dir)
+    except BaseException as e:
+        written = f"{writer.documents:,} documents ({size_text(writer.bytes)})"
+        writer.abandon()
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, KeyboardInterrupt):  # Ctrl-C / SIGTERM: the command's one line says what is left
+            e.detail = f"DIR {out_dir!r} was not written (its temporary folder, {written}, was removed)"
+            raise
+        if not isinstance(e, OSError):
+            raise
+        needed = sum(os.path.getsize(f) for f in origin.get("inputs") or [origin["origin"]] if os.path.isfile(f))
+        reason = disk_full_reason(e, parent, needed or None)
+        if reason is not None:
+            source_size = f"the source's files take {size_text(needed)}; " if needed else ""
+            raise DiskFullError(
+                f"the disk is full: writing DIR {out_dir!r} failed after {written} ({reason}) and its temporary "
+                f"folder was removed; {source_size}{space_note(parent, None)}"
+            ) from None
         raise UserError(f"cannot write DIR {out_dir!r}: {e.strerror or e}") from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return manifest
 
 
@@ -347,16 +368,6 @@ def _version() -> str | None:
         return version("aogpt")
     except PackageNotFoundError:
         return None
-
-
-def _move_into_place(tmp: str, out_dir: str) -> None:
-    if os.path.isdir(out_dir) and os.listdir(out_dir):  # a prepared folder, checked replaceable
-        old = tmp + ".old"
-        os.rename(out_dir, old)
-        os.rename(tmp, out_dir)
-        shutil.rmtree(old, ignore_errors=True)
-    else:  # absent, or an empty folder (rename replaces it)
-        os.rename(tmp, out_dir)
 
 
 # ---- the command --------------------------------------------------------------------------

@@ -18,13 +18,19 @@ from .manifest import MANIFEST, prepared_files
 TEXT_SUFFIXES = (".jsonl", ".json", ".txt")
 
 
+def prepared_folder(path: str) -> str | None:
+    """The prepared folder `path` names (the folder itself or its manifest), else None."""
+    if path and _is_manifest(path) and os.path.isfile(path):
+        path = os.path.dirname(path) or "."
+    return path if path and os.path.isfile(os.path.join(path, MANIFEST)) else None
+
+
 def list_text_files(path: str, key: str = "training.dataset_path") -> list[str]:
     """The corpus files at `path` (a file, a folder searched recursively, or a glob pattern), sorted; a
     prepared folder (or its manifest) gives its manifest's shards. A manifest is never read as text."""
-    if path and _is_manifest(path) and os.path.isfile(path):
-        path = os.path.dirname(path) or "."
-    if path and os.path.isfile(os.path.join(path, MANIFEST)):
-        return _checked(prepared_files(path, key), path, key)
+    folder = prepared_folder(path)
+    if folder is not None:
+        return _checked(prepared_files(folder, key), folder, key)
     if path and glob.has_magic(path):
         files = sorted(f for f in glob.glob(path, recursive=True) if os.path.isfile(f) and not _is_manifest(f))
         if not files:

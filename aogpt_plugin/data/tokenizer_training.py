@@ -1,22 +1,27 @@
 """`aogpt tokenizer train CORPUS OUT --vocab-size N`: a byte-level BPE tokenizer.json, in seconds.
 
 It reads the corpus as training reads it (data/text_files.py) and writes a file that `[aogpt]
-tokenizer`, config.json and `--tokenizer` accept (data/tokenizer.py).
+tokenizer`, config.json and `--tokenizer` accept (data/tokenizer.py). OUT is checked before the
+corpus is read (an existing file is replaced only with `--force`) and written whole or not at all
+(temporaries.write_file): a full disk, Ctrl-C or SIGTERM leave no partial tokenizer.json.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 
-from ..errors import UserError
+from ..errors import UserError, check_writable, interruption
+from ..temporaries import write_file
 from .text_files import iter_documents, list_text_files
 from .tokenizer import EOS_NAMES
 
 
-def train_tokenizer(corpus: str, vocab_size: int, out: str, max_bytes: int = 20_000_000) -> dict:
+def train_tokenizer(corpus: str, vocab_size: int, out: str, max_bytes: int = 20_000_000, force: bool = False) -> dict:
     """A byte-level BPE (GPT-2's pre-tokenization) with `<|endoftext|>`, from the first `max_bytes`
-    of text of CORPUS (a .jsonl/.json/.txt file, folder or glob, read as the training data is)."""
+    of text of CORPUS (a .jsonl/.json/.txt file, folder or glob, read as the training data is).
+    An existing OUT is replaced only with `force`."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     if vocab_size < 258:
@@ -24,6 +29,9 @@ def train_tokenizer(corpus: str, vocab_size: int, out: str, max_bytes: int = 20_
     if not out.endswith(".json"):
         raise UserError(f"OUT {out!r} must be a path ending in .json (the tokenizer.json to write)")
     files = list_text_files(corpus, key="CORPUS")
+    with contextlib.suppress(OSError):  # OUT's folder is made, as it always was (a file in the way: said below)
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    check_writable(out, "OUT", force)
 
     def texts():
         seen = 0
@@ -44,9 +52,16 @@ def train_tokenizer(corpus: str, vocab_size: int, out: str, max_bytes: int = 20_
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(texts(), trainer)
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    tok.save(out)
+    try:
+        tok.train_from_iterator(texts(), trainer)
+    except BaseException as e:  # a Ctrl-C or SIGTERM raised in the corpus reader may come back through Rust
+        stop = interruption(e)
+        if stop is None:
+            raise
+        stop.detail = f"OUT {out!r} was not written"
+        raise stop from None
+    check_writable(out, "OUT", force)  # again: it may have appeared while training
+    write_file(out, tok.to_str(pretty=True).encode("utf-8"), f"OUT {out!r}")
     return {"out": out, "vocab_size": tok.get_vocab_size(), "seconds": round(time.perf_counter() - started, 2)}
 
 
@@ -58,10 +73,11 @@ def add_to(subparsers) -> None:
     t.add_argument("out", help="the tokenizer.json to write")
     t.add_argument("--vocab-size", type=int, required=True, help="tokens, e.g. 512-4096")
     t.add_argument("--max-bytes", type=int, default=20_000_000, help="text read from the corpus (default 20 MB)")
+    t.add_argument("--force", action="store_true", help="replace OUT if it exists")
     t.set_defaults(run=run)
 
 
 def run(args) -> int:
-    result = train_tokenizer(args.corpus, args.vocab_size, args.out, args.max_bytes)
+    result = train_tokenizer(args.corpus, args.vocab_size, args.out, args.max_bytes, args.force)
     print(f"trained a {result['vocab_size']}-token byte-level BPE in {result['seconds']} s -> {result['out']}")
     return 0

@@ -10,6 +10,7 @@ from ..devices import Reporter, add_runtime_args, print_json, resolve_device, re
 from ..errors import UserError, check_writable, require_at_least
 from ..orders import READ_ORDERS
 from ..sampler.options import add_graphs_arg
+from ..temporaries import write_file
 from .samples import TOKEN_MODES
 
 
@@ -40,6 +41,7 @@ def add_to(subparsers) -> None:
     g.add_argument("--seed", type=int, default=0, help="sampler seed; batch b of --batch-size samples uses (seed, b)")
     g.add_argument("--save-samples", metavar="FILE", default=None, help="also write the samples (sampler --json form)")
     add_graphs_arg(g)
+    g.add_argument("--force", action="store_true", help="replace an existing --save-samples FILE")
     add_runtime_args(p)
     p.set_defaults(run=run)
 
@@ -117,7 +119,7 @@ def _check_sampling_args(args) -> None:
 
     args.speculative = check_sampling_flags(args.speculative, args.steps, distribution="the T=length distribution")
     if args.save_samples:
-        check_writable(args.save_samples, "--save-samples")
+        check_writable(args.save_samples, "--save-samples", args.force)
     require_at_least("--num-samples", args.num_samples, 1, "the number of samples")
     require_at_least("--length", args.length, 1, "the sample length")
     require_at_least("--steps", args.steps, 1, "the number of steps")
@@ -175,7 +177,8 @@ def sample_from_model(args, device, say):
         record = samples_record(
             [s.tokens for s in samples], [s.text for s in samples], tokenizer=tokenizer.name, **settings
         )
-        with open(args.save_samples, "w", encoding="utf-8") as f:
-            json.dump(record, f)
-            f.write("\n")
+        check_writable(args.save_samples, "--save-samples", args.force)  # again: it may have appeared meanwhile
+        write_file(
+            args.save_samples, (json.dumps(record) + "\n").encode("utf-8"), f"--save-samples {args.save_samples!r}"
+        )
     return SampleSet(samples, f"model:{args.model}", tokenizer.name, settings)

@@ -13,10 +13,10 @@ import dataclasses
 import os
 
 from ..checkpoints import read_record, record_tokenizer
+from ..data.manifest import file_sha256
 from ..data.tokenizer import load_tokenizer, same_tokenizer
 from ..errors import ConfigError
 from ..model import FLAVORS
-from ..model_dir import file_sha256
 
 
 def run_model_args(job_config):

@@ -133,6 +133,24 @@ def _takes_one_value(hint) -> bool:
     return hint == list[str] or origin not in (list, tuple, dict)  # torchtitan reads list[str] as 'a,b,c'
 
 
+CONFIG_FILE_OPTIONS = ("--job.config_file", "--job.config-file")
+
+
+def check_one_config_file(argv: list[str]) -> None:
+    """One recipe per run: torchtitan reads the first `--job.config_file` and would ignore a second
+    without a word (a run with settings nobody asked for)."""
+    given = []
+    for i, arg in enumerate(argv):
+        key, eq, value = arg.partition("=")
+        if key in CONFIG_FILE_OPTIONS:
+            given.append(value if eq else (argv[i + 1] if i + 1 < len(argv) else ""))
+    if len(given) > 1:
+        raise ConfigError(
+            f"--job.config_file is given {len(given)} times ({', '.join(map(repr, given))}); a run reads one recipe: "
+            "give one and change its values with --section.key options"
+        )
+
+
 def check_cli_args(config_cls, argv: list[str]) -> None:
     """Every `--section.key` of `argv` exists in `config_cls` and its value has the key's type.
     All unknown options are named at once, each with the nearest valid one; tyro names none of them

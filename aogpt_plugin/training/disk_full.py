@@ -1,28 +1,29 @@
-"""A checkpoint save that ran out of disk: how to recognise it among DCP's exceptions, and its error."""
+"""A checkpoint save that ran out of disk, as one error: the step that failed, what a checkpoint of the
+run takes and what is free, and the newest complete checkpoint (which the launcher turns into the
+resume command). checkpoint_save.py recognises the full disk (errors.disk_full_reason: ENOSPC
+anywhere in DCP's CheckpointException, or torch's zip writer's `unexpected pos` on a filesystem with
+less room than a checkpoint takes) and removes the partial folder first."""
 
 from __future__ import annotations
 
-import errno
-
-from ..errors import UserError
+from ..errors import DiskFullError, free_bytes, size_text
 
 
-class DiskFullError(UserError):
-    """A checkpoint save ran out of disk space."""
+class CheckpointDiskFullError(DiskFullError):
+    """Saving `step_dir` into `folder` ran out of space; `newest` is the newest complete step (or None)."""
 
-
-def is_disk_full(error: BaseException) -> bool:
-    """Whether `error`, its causes, or a rank's failure inside DCP's CheckpointException is ENOSPC."""
-    seen, todo = set(), [error]
-    while todo:
-        e = todo.pop()
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
-        if getattr(e, "errno", None) == errno.ENOSPC or "No space left" in str(e) or "file write failed" in str(e):
-            return True
-        todo += [e.__cause__, e.__context__]
-        failures = getattr(e, "failures", None)  # DCP's CheckpointException: rank -> exception
-        if isinstance(failures, dict):
-            todo += [f[0] if isinstance(f, tuple) else f for f in failures.values()]
-    return False
+    def __init__(self, reason: str, step_dir: str, partial_removed: bool, needed: int | None, folder: str, newest):
+        self.newest = newest
+        free = size_text(free_bytes(folder))
+        size = (
+            f"a checkpoint of this run takes {size_text(needed)} and {free} are free there"
+            if needed
+            else f"{free} are free there"
+        )
+        kept = (
+            f"the newest complete checkpoint is {folder}/step-{newest} and nothing older was deleted"
+            if newest is not None
+            else "no complete checkpoint is on disk"
+        )
+        partial = " and its partial folder was removed" if partial_removed else ""
+        super().__init__(f"the disk is full: saving {step_dir} failed ({reason}){partial}; {size}; {kept}")

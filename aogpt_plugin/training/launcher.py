@@ -10,8 +10,11 @@ folder in use, is one `error:` line (printed by rank 0) and exit status 2; a run
 step guard (step_guard.py) is one `error:` line naming the step, what was non-finite, the newest
 checkpoint whose weights still gave a normal loss and the command that resumes it, exit status 3.
 SIGTERM or a first Ctrl-C finish the step, save it (checkpoint_save.py) and exit 128 + the signal
-number with one line naming the checkpoint and the resume command; a second Ctrl-C stops at once
-(exit 130). A full disk during a save is one line naming the newest complete checkpoint (exit 2).
+number with one line naming the checkpoint and the resume command (with checkpointing off: after
+the step, saying nothing was saved); a second Ctrl-C stops at once (exit 130), also in the middle of
+a save, whose partial folder is removed; a signal during start-up stops at once in one line. A full
+disk during a save is one line naming the newest complete checkpoint and its resume command (exit
+2). Without torchtitan installed, one line names the extras to install.
 Run without torchrun, it is a world of one process. Ranks other than 0 log warnings only, unless
 AOGPT_LOG_ALL_RANKS=1.
 """
@@ -19,6 +22,7 @@ AOGPT_LOG_ALL_RANKS=1.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import shlex
 import signal
@@ -136,21 +140,41 @@ def stopped_message(error, job_config, argv: list[str], world_size: int) -> str:
 
 
 def stop_request_message(stop, argv: list[str], world_size: int) -> str:
+    if stop.step_dir is None:  # checkpointing off
+        return (
+            f"{stop}; checkpointing is off (checkpoint.enable=false), so nothing was saved: a new run starts "
+            "from step 1 (turn checkpointing on with --checkpoint.enable to resume after a stop)"
+        )
     command = command_line(argv, world_size, **{"checkpoint.load_step": stop.step})
     return f"{stop}: {stop.step_dir} is a complete checkpoint; resume with: {command}"
 
 
-def interrupted_message(signum: int, job_config, argv: list[str], world_size: int) -> str:
+def interrupted_message(error, job_config, argv: list[str], world_size: int) -> str:
+    """A stop at once: a second Ctrl-C, or a signal before training (start-up). Names what was removed
+    (a partial save) and the newest complete checkpoint with the command that resumes it."""
     from ..checkpoints import newest_complete_step
-    from .stop_request import SIGNAL_NAMES
+    from ..errors import SIGNAL_NAMES
 
+    signum = getattr(error, "signum", signal.SIGINT)
     how = f"stopped at once by {SIGNAL_NAMES.get(signum, signum)}"
+    detail = getattr(error, "detail", None)
+    how += f"; {detail}" if detail else ""
+    if job_config is None:
+        return f"{how} during start-up; nothing was trained or saved"
     folder = os.path.join(job_config.job.dump_folder, job_config.checkpoint.folder)
     newest = newest_complete_step(folder) if job_config.checkpoint.enable else None
     if newest is None:
         return f"{how}; no checkpoint is on disk"
     command = command_line(argv, world_size, **{"checkpoint.load_step": newest})
     return f"{how}; the newest complete checkpoint is {folder}/step-{newest}; resume with: {command}"
+
+
+def disk_full_message(error, argv: list[str], world_size: int) -> str:
+    """The full disk's line, with the command that resumes the newest complete checkpoint once there is room."""
+    if error.newest is None:
+        return f"{error}; free space and run the same command again (it starts from step 1)"
+    command = command_line(argv, world_size, **{"checkpoint.load_step": error.newest})
+    return f"{error}; free space, then resume with: {command}"
 
 
 def forget_elastic_traceback() -> None:
@@ -163,55 +187,89 @@ def forget_elastic_traceback() -> None:
 
 
 def main() -> int:
+    from ..errors import stop_at_once_on_signals
+
+    stop_at_once_on_signals()  # start-up: SIGTERM and Ctrl-C stop at once, in one line (the optimizers take over)
+    logging.raiseExceptions = False  # a log file on a full disk (0.3's structured log): no traceback per record
     argv = sys.argv[1:]
     default_to_one_process()
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    run = _Run(argv, rank, world_size)
+    try:
+        return run.start()
+    except KeyboardInterrupt as e:  # a signal before the optimizers exist, or a second Ctrl-C
+        forget_elastic_traceback()
+        message = interrupted_message(e, run.job_config, argv, world_size)
+        return run.fail(message, 128 + getattr(e, "signum", signal.SIGINT))
+    except BrokenPipeError:  # `--help | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
-    def fail(message: str, code: int) -> int:
-        if rank == 0:
+
+class _Run:
+    """One launch: its command line, rank, world and (once parsed) the job config the messages name."""
+
+    def __init__(self, argv: list[str], rank: int, world_size: int):
+        self.argv, self.rank, self.world_size = argv, rank, world_size
+        self.job_config = None  # the recipe-shaped view, once parsed
+
+    def fail(self, message: str, code: int) -> int:
+        if self.rank == 0:
             print(f"error: {message}", file=sys.stderr, flush=True)
         return code
 
-    from . import glue as installed_glue
-    from . import register
-    from .versions import check_torch_for_titan03
+    def start(self) -> int:
+        from .config_checks import check_one_config_file
+        from .versions import TORCHTITAN_MISSING, check_torch_for_titan03, check_torchtitan_installed
 
-    try:
-        check_torch_for_titan03()
-    except UserError as e:
-        return fail(str(e), 2)
-    glue = installed_glue()  # titan022/launch.py or titan03/launch.py, for the installed torchtitan
-    glue.enable_cpu()  # on a machine without an accelerator, before torchtitan's trainer is imported
-    from .preflight import check_job_config
-    from .step_guard import NonFiniteStepError
-    from .stop_request import StopRequested, stop_at_once_until_training
+        argv, world_size = self.argv, self.world_size
+        try:
+            check_one_config_file(argv)
+            check_torchtitan_installed()
+            check_torch_for_titan03()
+        except UserError as e:
+            return self.fail(str(e), 2)
 
-    register()  # through the package: 0.2.2's TrainSpec, nothing on 0.3
-    try:
-        config, job_config = glue.parse_job_config(argv)  # job_config: the recipe-shaped view the rules read
-        check_job_config(job_config, world_size, **glue.registered_names())
-        lock = hold_dump_folder(job_config.job.dump_folder) if rank == 0 else None  # noqa: F841 - held
-    except UserError as e:
-        return fail(str(e), 2)
+        from . import glue as installed_glue
+        from . import register
 
-    run_trainer = glue.trainer_for(rank, config)
-    stop_at_once_until_training()  # the optimizers then take over: finish the step and save
-    try:
-        run_trainer()  # 0.2.2: parses sys.argv again, exactly as `-m torchtitan.train` would
-    except NonFiniteStepError as e:
-        forget_elastic_traceback()
-        return fail(stopped_message(e, job_config, argv, world_size), 3)
-    except StopRequested as e:
-        forget_elastic_traceback()
-        return fail(stop_request_message(e, argv, world_size), 128 + e.signum)
-    except KeyboardInterrupt as e:
-        forget_elastic_traceback()
-        signum = getattr(e, "signum", signal.SIGINT)
-        return fail(interrupted_message(signum, job_config, argv, world_size), 128 + signum)
-    except UserError as e:  # e.g. a checkpoint with NaN weights, refused while loading
-        forget_elastic_traceback()
-        return fail(str(e), 2)
-    return 0
+        try:
+            glue = installed_glue()  # titan022/launch.py or titan03/launch.py, for the installed torchtitan
+            glue.enable_cpu()  # on a machine without an accelerator, before torchtitan's trainer is imported
+        except ModuleNotFoundError as e:  # found but not importable (a broken or half-removed install)
+            if (e.name or "").split(".")[0] != "torchtitan":
+                raise
+            return self.fail(TORCHTITAN_MISSING, 2)
+        from .disk_full import CheckpointDiskFullError
+        from .preflight import check_job_config
+        from .step_guard import NonFiniteStepError
+        from .stop_request import StopRequested
+
+        register()  # through the package: 0.2.2's TrainSpec, nothing on 0.3
+        try:
+            config, job_config = glue.parse_job_config(argv)  # job_config: the recipe-shaped view the rules read
+            check_job_config(job_config, world_size, **glue.registered_names())
+            lock = hold_dump_folder(job_config.job.dump_folder) if self.rank == 0 else None  # noqa: F841 - held
+        except UserError as e:
+            return self.fail(str(e), 2)
+        self.job_config = job_config
+
+        run_trainer = glue.trainer_for(self.rank, config)
+        try:
+            run_trainer()  # 0.2.2: parses sys.argv again, exactly as `-m torchtitan.train` would
+        except NonFiniteStepError as e:
+            forget_elastic_traceback()
+            return self.fail(stopped_message(e, job_config, argv, world_size), 3)
+        except StopRequested as e:
+            forget_elastic_traceback()
+            return self.fail(stop_request_message(e, argv, world_size), 128 + e.signum)
+        except CheckpointDiskFullError as e:
+            forget_elastic_traceback()
+            return self.fail(disk_full_message(e, argv, world_size), 2)
+        except UserError as e:  # e.g. a checkpoint with NaN weights, refused while loading
+            forget_elastic_traceback()
+            return self.fail(str(e), 2)
+        return 0
 
 
 if __name__ == "__main__":

@@ -10,13 +10,15 @@ converters, unreadable or empty data files, and a resume that cannot match its c
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Collection
 
 from ..checkpoints import has_metadata, newest_complete_step, read_record, saved_world, step_folders
+from ..data.manifest import verify_shards
 from ..data.synthetic import MarkovSpec
-from ..data.text_files import check_text_files, list_text_files
+from ..data.text_files import check_text_files, list_text_files, prepared_folder
 from ..data.tokenizer import load_tokenizer
-from ..errors import ConfigError
+from ..errors import ConfigError, kind_of
 from ..model import FLAVORS
 from ..model.args import check_positions
 from .checkpoint_record import check_resume_matches, check_resume_shapes, check_resume_version
@@ -28,7 +30,7 @@ from .versions import torchtitan_version
 SYNTHETIC = "synthetic"  # --training.dataset synthetic --training.dataset_path markov:... (data/synthetic.py)
 
 
-def _check_dataset(name: str, path: str | None, section: str, datasets: Collection[str]) -> None:
+def _check_dataset(name: str, path: str | None, section: str, datasets: Collection[str], verify: bool) -> None:
     if name == SYNTHETIC:
         MarkovSpec.parse(path or "", f"{section}.dataset_path")
         return
@@ -36,7 +38,32 @@ def _check_dataset(name: str, path: str | None, section: str, datasets: Collecti
         raise ConfigError(f"{section}.dataset={name!r} is not registered; allowed: {', '.join(datasets)}")
     if name == "local":
         key = f"{section}.dataset_path"
-        check_text_files(list_text_files(path or "", key=key), key)
+        files = list_text_files(path or "", key=key)
+        folder = prepared_folder(path or "")
+        if verify and folder is not None:  # a flipped byte keeps the size: the manifest's sha256 tells
+            verify_shards(folder, key, "--aogpt.no-verify-data", _say)
+        check_text_files(files, key)
+
+
+def _say(line: str) -> None:
+    if os.environ.get("RANK", "0") == "0":
+        print(line, file=sys.stderr, flush=True)
+
+
+def _check_folders(job_config) -> None:
+    """The dump folder and its checkpoint folder are folders (or do not exist yet): a file there
+    would otherwise fail at the lock or, worse, at the first save, after the first interval of training."""
+    dump = job_config.job.dump_folder
+    folders = [("job.dump_folder", dump)]
+    if job_config.checkpoint.enable:
+        folders.append(("checkpoint.folder", os.path.join(dump, job_config.checkpoint.folder)))
+    for key, path in folders:
+        if os.path.exists(path) and not os.path.isdir(path):
+            what = kind_of(path) or "a file"
+            raise ConfigError(
+                f"{key}: {path!r} is {what}, not a folder; checkpoints and logs are written there: "
+                "use another --job.dump_folder (or --checkpoint.folder)"
+            )
 
 
 def _check_disjoint(job_config) -> None:
@@ -195,9 +222,12 @@ def check_job_config(
     args = FLAVORS[flavor]
     _check_sizes_and_rates(job_config, args.max_seq_len, flavor)
     _check_components(job_config, converters)
-    _check_dataset(job_config.training.dataset, job_config.training.dataset_path, "training", datasets)
+    _check_folders(job_config)
+    verify = job_config.aogpt.verify_data
+    _check_dataset(job_config.training.dataset, job_config.training.dataset_path, "training", datasets, verify)
     if job_config.validation.enable:
-        _check_dataset(job_config.validation.dataset, job_config.validation.dataset_path, "validation", datasets)
+        val = job_config.validation
+        _check_dataset(val.dataset, val.dataset_path, "validation", datasets, verify)
         _check_disjoint(job_config)
     tokenizer = load_tokenizer(job_config.aogpt.tokenizer)  # the model's vocabulary follows it
     for section in ("training", "validation"):

@@ -62,6 +62,9 @@ class AOGPT:
     nan_check: bool = True
     """Stop on a NaN/inf loss or gradient (before the optimizer step) or weight (after it): no checkpoint holds bad weights."""
 
+    verify_data: bool = True
+    """Check every shard of a prepared data folder against its manifest's sha256 before training (once per file; `--aogpt.no-verify-data` skips it)."""
+
     def __post_init__(self) -> None:
         check_types(self, "aogpt")
         check_conditioning(self.conditioning)

@@ -2,9 +2,11 @@
 finish the step it is in, write a complete checkpoint and exit; a second Ctrl-C stops at once.
 
 The signal only sets a flag. The step guard (step_guard.py) all-reduces it with its own flags before
-every optimizer step, so every rank agrees on the step to stop after; the checkpoint save wrap
-(titan022/checkpoint_save.py) then saves that step and raises StopRequested, which the launcher turns into
-one line naming the checkpoint and the command that resumes it.
+every optimizer step, so every rank agrees on the step to stop after; the checkpoint save
+(checkpoint_save.py) then saves that step and raises StopRequested, which the launcher turns into
+one line naming the checkpoint and the command that resumes it. With checkpointing off the same
+stop comes after the step with nothing saved. Before the optimizers exist (start-up), SIGTERM and
+Ctrl-C stop at once (errors.stop_at_once_on_signals, installed first thing by the launcher).
 """
 
 from __future__ import annotations
@@ -14,42 +16,28 @@ import signal
 import sys
 import threading
 
-SIGNAL_NAMES = {signal.SIGINT: "Ctrl-C (SIGINT)", signal.SIGTERM: "SIGTERM"}
+from ..errors import SIGNAL_NAMES, Interrupted
+
+__all__ = ["SIGNAL_NAMES", "Interrupted", "StopRequest", "StopRequested"]
 
 
 class StopRequested(Exception):
-    """Training stopped on request after `step`, whose checkpoint is complete."""
+    """Training stopped on request after `step`; `step_dir` is its complete checkpoint, or None when
+    checkpointing is off (nothing was saved)."""
 
-    def __init__(self, step: int, signum: int, step_dir: str):
+    def __init__(self, step: int, signum: int, step_dir: str | None):
         self.step, self.signum, self.step_dir = step, signum, step_dir
         super().__init__(f"stopped by {SIGNAL_NAMES.get(signum, signum)} after step {step}")
 
 
-class Interrupted(KeyboardInterrupt):
-    """Stopped at once: a second Ctrl-C, or a signal before training started (nothing to save yet)."""
-
-    def __init__(self, signum: int = signal.SIGINT):
-        self.signum = signum
-        super().__init__(SIGNAL_NAMES.get(signum, str(signum)))
-
-
-def stop_at_once_until_training() -> None:
-    """Before the optimizers exist there is no step to finish: SIGTERM and Ctrl-C stop at once, with
-    the launcher's one line instead of a traceback (or, for SIGTERM, no word at all)."""
-
-    def handle(signum, frame):
-        raise Interrupted(signum)
-
-    if threading.current_thread() is threading.main_thread():
-        for signum in SIGNAL_NAMES:
-            signal.signal(signum, handle)
-
-
 class StopRequest:
-    """The flag the signal handlers set (main thread only; a no-op elsewhere)."""
+    """The flag the signal handlers set (main thread only; a no-op elsewhere). `saves` is whether a
+    checkpoint will be written at the stop (set by the checkpoint save at every step; None before
+    the first)."""
 
     def __init__(self) -> None:
         self.signum: int | None = None
+        self.saves: bool | None = None
 
     def install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -65,10 +53,12 @@ class StopRequest:
         self.signum = signum
         if os.environ.get("RANK", "0") != "0":  # every rank gets the signal; rank 0 speaks
             return
-        sys.stderr.write(
-            f"{SIGNAL_NAMES[signum]}: finishing this step and saving a checkpoint before stopping "
-            "(Ctrl-C again stops at once)\n"
-        )
+        then = {
+            True: " and saving a checkpoint before stopping",
+            False: ", then stopping; checkpointing is off (checkpoint.enable=false), so nothing will be saved",
+            None: " before stopping",
+        }[self.saves]
+        sys.stderr.write(f"{SIGNAL_NAMES[signum]}: finishing this step{then} (Ctrl-C again stops at once)\n")
         sys.stderr.flush()
 
     @property

@@ -31,6 +31,27 @@ def _release(version_text: str) -> tuple[int, ...]:
     return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
 
 
+TORCHTITAN_MISSING = (
+    "training needs torchtitan, which is not installed in this Python; install one of the training extras: "
+    "pip install 'aogpt[titan022]' (torchtitan 0.2.2) or pip install 'aogpt[titan03]' (torchtitan 0.3); "
+    "from a clone: pip install -e '.[titan022]'"
+)
+
+
+def check_torchtitan_installed() -> None:
+    """Training needs torchtitan, an extra of the package (sampling and evaluation do not): without it,
+    one line naming the extras instead of a ModuleNotFoundError traceback. Found, not imported (its
+    import needs the CPU shims first)."""
+    from importlib.util import find_spec
+
+    try:
+        found = find_spec("torchtitan") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise ConfigError(TORCHTITAN_MISSING)
+
+
 def check_torch_for_titan03() -> None:
     """Under torchtitan 0.3, a torch older than TORCH_FOR_TITAN03 is one ConfigError line naming both
     versions, before torchtitan builds anything (0.3 would fail at `set_timeout`, or at an import torch

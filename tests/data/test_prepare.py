@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -199,7 +200,8 @@ def test_bad_input_is_one_error_line(bad_inputs, argv, expected):
 
 def test_training_runs_offline_from_prepared_folders(tmp_path):
     """The recipes' overrides for a machine without network: `local` on a prepared training folder and
-    a prepared WikiText-103 validation folder; a folder missing a shard stops the launcher in one line."""
+    a prepared WikiText-103 validation folder; a folder with a changed or a missing shard stops the
+    launcher in one line, before any process group."""
     if not WIKITEXT103_VALID.is_file():
         pytest.skip(f"no local WikiText-103 copy at {WIKITEXT103_VALID}")
     train_dir, val_dir = tmp_path / "train", tmp_path / "wt103"
@@ -218,8 +220,85 @@ def test_training_runs_offline_from_prepared_folders(tmp_path):
     log = proc.stdout + proc.stderr
     assert "step:  3" in log and "aogpt validation step 3" in log
 
+    shard = train_dir / "shard-00001.jsonl"  # 64 flipped bytes, same size: the manifest's sha256 tells
+    data = bytearray(shard.read_bytes())
+    for i in range(len(data) - 65, len(data) - 1):
+        data[i] ^= 0x01
+    shard.write_bytes(bytes(data))
+    flipped = launch_train(debug_train_args(tmp_path / "flipped", 3, **extra), env=env)
+    assert flipped.returncode == 2 and "Training starts" not in flipped.stdout + flipped.stderr
+    (line,) = error_lines(flipped)
+    assert f"training.dataset_path={str(train_dir)!r}: shard shard-00001.jsonl does not match the sha256" in line
+
     (train_dir / "shard-00002.jsonl").unlink()
     bad = launch_train(debug_train_args(tmp_path / "bad", 3, **extra), env=env)
     assert bad.returncode == 2
     (line,) = error_lines(bad)
     assert f"training.dataset_path={str(train_dir)!r}: 1 of the 3 shards its aogpt-data.json lists are missing" in line
+
+
+def test_a_device_or_fifo_as_dir_is_refused_before_reading_the_source(tmp_path):
+    """Reported: `aogpt data prepare SRC /dev/full` refused only after reading and writing the whole corpus."""
+    src = write_jsonl(tmp_path / "c.jsonl", documents(5))
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for out, kind in (("/dev/full", "a character device"), (str(fifo), "a FIFO (named pipe)")):
+        with pytest.raises(UserError, match=re.escape(f"DIR '{out}' is {kind}; give a folder path")):
+            prepare(src, out, read_hub=lambda *a: pytest.fail("read before the check"))
+    assert not [n for n in os.listdir("/dev") if n.startswith(".aogpt-prepare-")]
+
+
+def test_a_real_full_disk_is_one_line_and_leaves_no_temporary(small_disk, tmp_path):
+    disk = small_disk("64k")
+    src = write_jsonl(tmp_path / "c.jsonl", documents(4000))  # about 330 kB
+    proc = subprocess.run(
+        [sys.executable, "-m", "aogpt_plugin.cli", "data", "prepare", src, str(disk / "out")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    line = one_error_line(proc)
+    assert line.startswith(f"error: the disk is full: writing DIR '{disk}/out' failed after ") and (
+        "(No space left on device) and its temporary folder was removed; the source's files take 3" in line
+    ), line
+    assert os.listdir(disk) == []
+
+
+SLOW_HUB = """
+import sys, time
+from aogpt_plugin import cli
+from aogpt_plugin.data import prepare
+
+def slow_hub(source, revision):
+    def texts():
+        for i in range(10**6):
+            if i == 20:
+                print("20 documents read", file=sys.stderr, flush=True)
+            time.sleep(0.01)
+            yield f"document {i} " * 50
+    return texts(), "fake"
+
+prepare.prepare.__kwdefaults__["read_hub"] = slow_hub  # a hub that streams for minutes
+sys.exit(cli.main(["data", "prepare", "openwebtext", sys.argv[1], "--shard-docs", "5"]))
+"""
+
+
+@pytest.mark.parametrize("signum", [2, 15])
+def test_ctrl_c_or_sigterm_while_preparing_is_one_line_and_removes_the_temporary(tmp_path, signum):
+    """Reported: Ctrl-C printed a KeyboardInterrupt traceback; SIGTERM printed nothing and left the
+    temporary folder until the next prepare."""
+    import signal
+
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_HUB, str(out)], stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    for line in proc.stderr:
+        if line.startswith("20 documents read"):
+            break
+    proc.send_signal(signum)
+    err = proc.stderr.read()
+    proc.wait(timeout=60)
+    assert proc.returncode == 128 + signum
+    (line,) = [ln for ln in err.splitlines() if ln.startswith(("error", "Traceback"))]
+    name = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C (SIGINT)"
+    assert line.startswith(f"error: stopped by {name}; DIR '{out}' was not written (its temporary folder, "), line
+    assert os.listdir(tmp_path) == []

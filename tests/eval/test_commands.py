@@ -191,6 +191,7 @@ def test_genppl_samples_from_a_model_then_scores_them(capsys, tmp_path, model_di
     argv += ["--length", "16", "--steps", "4", "--batch-size", "2", "--seed", "1"]
     rec = run_json(capsys, [*argv, "--save-samples", str(saved)])
     assert (rec["samples"], rec["tokens"], rec["token_ids"]) == (3, 48, "direct")
+    assert run_json(capsys, [*argv, "--save-samples", str(saved), "--force"])["sample_ppls"] == rec["sample_ppls"]
     assert rec["samples_meta"]["steps"] == 4 and rec["samples_file"] == f"model:{model_dir}"
     again = run_json(capsys, argv)
     assert again["sample_ppls"] == rec["sample_ppls"]
@@ -294,3 +295,10 @@ def test_an_unwritable_save_samples_path_fails_before_sampling(capsys, tmp_path,
     assert "--save-samples" in line and "its folder" in line and "does not exist" in line
     line = run_error(capsys, [*argv, "--save-samples", str(tmp_path)])
     assert "is a folder; give a file path" in line
+    mine = tmp_path / "mine.json"  # reported: an existing file was overwritten without --force
+    mine.write_text("the user's samples")
+    line = run_error(capsys, [*argv, "--save-samples", str(mine)])
+    assert line == f"error: --save-samples '{mine}' already exists; pass --force to replace it"
+    assert mine.read_text() == "the user's samples"
+    line = run_error(capsys, [*argv, "--save-samples", "/dev/full"])
+    assert "is a character device, not a file" in line

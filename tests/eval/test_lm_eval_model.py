@@ -1,11 +1,14 @@
 """The lm-evaluation-harness model: loglikelihood_rolling equals `aogpt eval ppl` on the same text, the
 conditional loglikelihood is the sum of the continuation's slots, generation honours stop sequences,
-and a local LAMBADA task runs offline through `aogpt lm-eval`."""
+and a local LAMBADA task runs offline through `aogpt lm-eval`; an unknown task and a task whose data
+cannot be fetched are one line."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -167,3 +170,48 @@ def test_verify_false_loads_a_changed_folder_that_verify_refuses(tmp_path, model
     with pytest.raises(UserError, match="does not match the sha256 recorded in its config.json"):
         AOGPTLM(pretrained=str(changed))
     AOGPTLM(pretrained=str(changed), verify=False)
+
+
+def test_an_unknown_task_is_one_line_naming_it(capsys, model_dir):
+    """Reported: `aogpt lm-eval --tasks lambada_nosuch` ended in lm_eval's ValueError traceback."""
+    code = main(["lm-eval", "--model", "aogpt", "--model_args", f"pretrained={model_dir}", "--tasks", "lambada_nosuch"])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith(("error:", "Traceback"))]
+    assert code == 2 and errors == [
+        "error: --tasks: lm_eval has no task lambada_nosuch; list them with `aogpt lm-eval ls tasks` (a task of your "
+        "own: --include_path FOLDER, e.g. lambada_local with --include_path lm_eval_tasks)"
+    ]
+
+
+def test_lm_evals_connection_error_is_one_line(capsys, monkeypatch, model_dir):
+    import lm_eval.__main__
+
+    def offline():
+        raise ConnectionError("Couldn't reach 'EleutherAI/lambada_openai' on the Hub (OfflineModeIsEnabled)")
+
+    monkeypatch.setattr(lm_eval.__main__, "cli_evaluate", offline)
+    assert main(["lm-eval", "--model", "aogpt", "--model_args", f"pretrained={model_dir}"]) == 2
+    assert capsys.readouterr().err.startswith(
+        "error: lm_eval could not fetch a task's data: Couldn't reach 'EleutherAI/lambada_openai' on the Hub"
+    )
+
+
+@pytest.mark.slow
+def test_a_documented_task_whose_data_cannot_be_fetched_is_one_line(tmp_path, model_dir):
+    """Reported: `--tasks lambada_openai` offline ended in lm_eval's ConnectionError traceback."""
+    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "aogpt_plugin.cli", "lm-eval", "--model", "aogpt"]
+        + ["--model_args", f"pretrained={model_dir}", "--tasks", "lambada_openai", "--limit", "2"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    errors = [line for line in proc.stderr.splitlines() if line.startswith(("error:", "Traceback"))]
+    assert proc.returncode == 2 and len(errors) == 1, proc.stderr[-3000:]
+    assert errors[0].startswith(
+        "error: lm_eval could not fetch a task's data: Couldn't reach 'EleutherAI/lambada_openai'"
+    )
+    assert errors[0].endswith(
+        "or use a local task: --tasks lambada_local --include_path lm_eval_tasks (docs/evaluation.md)"
+    )

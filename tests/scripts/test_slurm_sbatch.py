@@ -146,6 +146,19 @@ def test_a_local_batch_size_given_on_the_command_line_is_kept():
         ([SMALL], {"DRY_RUN": "yes"}, "DRY_RUN=yes; allowed: 1 (print only) or 0"),
         ([SMALL], {"SLURM_NNODES": "2", "SLURM_JOB_NODELIST": "[bad"}, "cannot read the first host"),
         ([SMALL], {"RDZV_PORT": "http"}, "RDZV_PORT=http; allowed: a port number"),
+        ([SMALL], {"RDZV_PORT": "70000"}, "RDZV_PORT=70000; allowed: a port number, 1..65535"),  # reported
+        ([SMALL], {"RDZV_PORT": "0"}, "RDZV_PORT=0; allowed: a port number, 1..65535"),
+        (
+            ["--nnodes", "16", SMALL],
+            {"SLURM_JOB_NUM_NODES": "8", "SLURM_JOB_NODELIST": "gpu[01-08]"},
+            "--nnodes=16 is more than the 8 node(s) of this allocation; allowed: 1..8",
+        ),
+        (
+            ["--gpus-per-node", "8", SMALL],
+            {"SLURM_GPUS_ON_NODE": "4"},
+            "--gpus-per-node=8 is more than the 4 GPU(s) per node of this allocation; allowed: 1..4",
+        ),
+        (["--nnodes", "99999999999999999999", SMALL], {}, "allowed: a positive integer up to 999999"),
     ],
 )
 def test_bad_input_is_one_error_line(args, env, says):

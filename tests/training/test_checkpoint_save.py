@@ -1,14 +1,18 @@
 """checkpoint_save.py: every step folder records its model; a resume into another model, a conversion
-with another tokenizer and a full disk are one line each."""
+with another tokenizer and a full disk (simulated, and a real size-limited filesystem) are one line
+each; a second Ctrl-C inside a save and a stop with checkpointing off end the run in one line."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 
 import pytest
+import torch
 from conftest import ROOT, debug_train_args, error_lines, launch_train
 
 
@@ -102,3 +106,129 @@ def test_a_checkpoint_save_on_a_full_disk_is_one_line_and_keeps_every_older_chec
     assert f"the newest complete checkpoint is {dump}/checkpoint/step-2 and nothing older was deleted" in line
     assert (dump / "checkpoint" / "step-2" / ".metadata").is_file()
     assert not (dump / "checkpoint" / "step-4").exists()  # the partial folder is gone
+
+
+TINY = {  # a small, fast run: checkpoints of 22.7 MB
+    "model.flavor": "tiny",
+    "aogpt.tokenizer": "symbols:32",
+    "training.dataset": "synthetic",
+    "training.dataset_path": "markov:vocab=32,order=2,branching=4,seed=0",
+    "validation.dataset": "synthetic",
+    "validation.dataset_path": "markov:vocab=32,order=2,branching=4,seed=0",
+    "validation.freq": 100,
+    "checkpoint.interval": 2,
+}
+
+
+def _full_disk_run(small_disk):
+    """A tiny run on a real 36 MB filesystem: step-2 fits, step-4 does not."""
+    disk = small_disk("36m")
+    dump = disk / "run"
+    proc = launch_train(debug_train_args(dump, 6, **TINY))
+    return disk, dump, proc
+
+
+def test_a_real_full_disk_is_one_line_removes_the_partial_step_and_names_the_resume(small_disk):
+    """Reported: on a size-limited tmpfs the save died in an 80-line CheckpointException ending in torch's
+    zip writer `unexpected pos 704 vs 598`, and the partial step-N stayed."""
+    disk, dump, proc = _full_disk_run(small_disk)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    (line,) = error_lines(proc)
+    assert line.startswith(
+        f"error: the disk is full: saving {dump}/checkpoint/step-4 failed (No space left on device) and its partial "
+        "folder was removed; a checkpoint of this run takes 22.7 MB and "
+    ), line
+    assert f"the newest complete checkpoint is {dump}/checkpoint/step-2 and nothing older was deleted" in line
+    assert line.endswith("--checkpoint.load_step 2") and "free space, then resume with: python -m aogpt_plugin" in line
+    assert (dump / "checkpoint" / "step-2" / ".metadata").is_file()
+    assert sorted(p.name for p in (dump / "checkpoint").iterdir()) == ["step-2"]
+
+
+@pytest.mark.slow
+def test_after_a_full_disk_the_printed_resume_is_bitwise_the_uninterrupted_run(small_disk, tmp_path):
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
+
+    disk, dump, proc = _full_disk_run(small_disk)
+    (line,) = error_lines(proc)
+    subprocess.run(["mount", "-o", "remount,size=120m", str(disk)], check=True)  # space freed
+    command = line.split("resume with: ", 1)[1]
+    env = {"PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}", "OMP_NUM_THREADS": "1"}
+    again = subprocess.run(["bash", "-c", command], cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-3000:]
+    straight = launch_train(debug_train_args(tmp_path / "straight", 6, **TINY))
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    resumed = _flat(_load_state_dict_from_keys(checkpoint_id=str(dump / "checkpoint" / "step-6")))
+    uninterrupted = _flat(
+        _load_state_dict_from_keys(checkpoint_id=str(tmp_path / "straight" / "checkpoint" / "step-6"))
+    )
+    assert resumed.keys() == uninterrupted.keys() and any(k.startswith("optimizer.") for k in resumed)
+    assert all(torch.equal(resumed[k], uninterrupted[k]) for k in resumed)  # weights, EMA, optimizer state
+
+
+def _flat(state, prefix=""):
+    """Every tensor of a loaded DCP state dict by its dotted name (the optimizer state is nested)."""
+    out = {}
+    for k, v in state.items():
+        if isinstance(v, dict):
+            out |= _flat(v, f"{prefix}{k}.")
+        elif isinstance(v, torch.Tensor):
+            out[prefix + k] = v
+    return out
+
+
+class _Manager:
+    """What save_recorded reads of torchtitan's CheckpointManager."""
+
+    def __init__(self, folder):
+        self.folder, self.last_save_model_only = str(folder), False
+
+    def _create_checkpoint_id(self, step):
+        return f"{self.folder}/step-{step}"
+
+    def _should_save(self, step, last_step=False):
+        return True
+
+
+def _complete(step_dir):
+    step_dir.mkdir(parents=True)
+    (step_dir / ".metadata").write_bytes(b"x" * 1000)
+
+
+def test_a_second_ctrl_c_inside_dcps_save_removes_the_partial_and_stops_at_once(tmp_path):
+    """Reported: the second Ctrl-C during the stop's save ended in an 80-line traceback (DCP wraps the
+    KeyboardInterrupt in its CheckpointException)."""
+    from aogpt_plugin.errors import Interrupted
+    from aogpt_plugin.training.checkpoint_save import save_recorded
+    from aogpt_plugin.training.step_guard import StepGuard
+
+    _complete(tmp_path / "step-2")
+    guard = StepGuard()
+    guard.stop.signum, guard.stop_step = signal.SIGINT, 4
+
+    class CheckpointException(BaseException):
+        failures = {0: (Interrupted(signal.SIGINT), [])}
+
+    def save():
+        (tmp_path / "step-4").mkdir()
+        (tmp_path / "step-4" / "__0_0.distcp").write_bytes(b"partial")
+        raise CheckpointException()
+
+    with pytest.raises(Interrupted) as e:
+        save_recorded(_Manager(tmp_path), 4, False, save, lambda: None, lambda: ({}, None), guard)
+    assert e.value.signum == signal.SIGINT and e.value.detail == f"the partial {tmp_path}/step-4 was removed"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-2"]
+
+
+def test_with_checkpointing_off_an_agreed_stop_ends_the_run_after_the_step_with_nothing_saved():
+    from aogpt_plugin.training.checkpoint_save import stop_without_checkpoint
+    from aogpt_plugin.training.step_guard import StepGuard
+    from aogpt_plugin.training.stop_request import StopRequested
+
+    guard = StepGuard()
+    stop_without_checkpoint(guard, 3)  # nothing requested: the run goes on
+    assert guard.stop.saves is False
+    guard.stop.signum, guard.stop_step = signal.SIGTERM, 4
+    stop_without_checkpoint(guard, 4, last_step=True)  # the last step: the run ends anyway
+    with pytest.raises(StopRequested) as e:
+        stop_without_checkpoint(guard, 4)
+    assert e.value.step_dir is None and str(e.value) == "stopped by SIGTERM after step 4"

@@ -343,3 +343,36 @@ def test_bad_data_files_are_one_line_before_any_process_group(tmp_path, name, co
         check_job_config(config, **registered_names())
     assert message in str(info.value) and f"{section}.dataset_path" in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_a_prepared_folder_is_verified_against_its_manifest_unless_told_not_to(tmp_path):
+    """Before any process group: a shard changed at its size is one line naming it (data/manifest.py)."""
+    import json
+
+    from aogpt_plugin.cli import main
+
+    src = tmp_path / "c.jsonl"
+    src.write_text("".join(json.dumps({"text": f"document {i} of the corpus"}) + "\n" for i in range(30)))
+    folder = tmp_path / "prepared"
+    assert main(["data", "prepare", str(src), str(folder), "--shard-docs", "10"]) == 0
+    shard = folder / "shard-00000.jsonl"
+    shard.write_bytes(shard.read_bytes().replace(b"document 3 ", b"document 8 "))  # valid JSON, same size
+    argv = DEBUG + ["--training.dataset_path", str(folder), "--job.dump_folder", str(tmp_path / "run")]
+    with pytest.raises(ConfigError, match="shard shard-00000.jsonl does not match the sha256"):
+        check_job_config(parse_job_config(argv), **registered_names())
+    check_job_config(parse_job_config(argv + ["--aogpt.no-verify-data"]), **registered_names())
+
+
+@pytest.mark.parametrize("what", ["checkpoint_file", "dump_device"])
+def test_a_dump_or_checkpoint_folder_that_is_not_a_folder_is_one_line(tmp_path, what):
+    """Reported: a dump folder whose `checkpoint` was a user's file trained, then died at the first save."""
+    if what == "checkpoint_file":
+        dump = tmp_path / "run"
+        dump.mkdir()
+        (dump / "checkpoint").write_text("the user's notes")
+        key, path, kind = "checkpoint.folder", f"{dump}/checkpoint", "a file"
+    else:
+        dump, key, path, kind = "/dev/null", "job.dump_folder", "/dev/null", "a character device"
+    with pytest.raises(ConfigError) as info:
+        check_job_config(parse_job_config(DEBUG + ["--job.dump_folder", str(dump)]), **registered_names())
+    assert str(info.value).startswith(f"{key}: {path!r} is {kind}, not a folder; checkpoints and logs are written")

@@ -1,6 +1,7 @@
 """A stop that saves: SIGTERM or a first Ctrl-C finish the step, write a complete checkpoint, print one
 line naming it and the resume command (which works verbatim), and exit 128 + the signal; a second
-Ctrl-C stops at once and keeps the last complete checkpoint."""
+Ctrl-C stops at once and keeps the last complete checkpoint, also inside the stop's own save. A signal
+during start-up, or with checkpointing off, is one line too."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ import pytest
 from conftest import ROOT, debug_train_args, launch_train
 
 
-def _start(dump, **overrides):
+def _start(dump, *flags, **overrides):
     args = debug_train_args(dump, 400, **{"validation.freq": 1000, "checkpoint.interval": 100, **overrides})
-    return launch_train(args, popen=True)
+    return launch_train(args + list(flags), popen=True)
 
 
 def _wait_for(proc, pattern: str, log: list[str], timeout: float = 180) -> None:
@@ -104,3 +105,73 @@ def test_sigterm_to_torchrun_saves_one_checkpoint_every_rank_agreed_on(tmp_path)
     assert (step_dir / ".metadata").is_file() and len(list(step_dir.glob("*.distcp"))) == 2
     assert sum("finishing this step" in ln for ln in log) == 1
     assert "--nproc_per_node=2" in line and f"--checkpoint.load_step {m.group(1)}" in line
+
+
+def _handles_sigterm(pid: int) -> bool:
+    """Whether the process has a SIGTERM handler installed (Linux: the SigCgt mask in /proc)."""
+    with open(f"/proc/{pid}/status") as f:
+        caught = next(int(ln.split()[1], 16) for ln in f if ln.startswith("SigCgt:"))
+    return bool(caught >> (signal.SIGTERM - 1) & 1)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_during_start_up_stops_at_once_in_one_line(tmp_path, signum):
+    """Reported: SIGTERM before the handlers (start-up) exited 143 with no line."""
+    dump = tmp_path / "run"
+    proc, log = _start(dump), []
+    deadline = time.time() + 60
+    while not _handles_sigterm(proc.pid):  # the launcher's first act
+        assert time.time() < deadline and proc.poll() is None
+        time.sleep(0.01)
+    proc.send_signal(signum)
+    (line,) = _finish(proc, log)
+    assert proc.returncode == 128 + signum, "".join(log[-20:])
+    name = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C (SIGINT)"
+    assert line == f"error: stopped at once by {name} during start-up; nothing was trained or saved", line
+    assert not (dump / "checkpoint").exists()
+
+
+def test_sigterm_with_checkpointing_off_stops_after_the_step_and_says_nothing_was_saved(tmp_path):
+    """Reported: with --checkpoint.no-enable, SIGTERM printed "saving a checkpoint", trained on to the last
+    step and exited 0 (under SLURM, until SIGKILL)."""
+    dump = tmp_path / "run"
+    proc, log = _start(dump, "--checkpoint.no-enable"), []
+    _wait_for(proc, r"step:\s+3\s", log)
+    proc.send_signal(signal.SIGTERM)
+    (line,) = _finish(proc, log)
+    assert proc.returncode == 143, "".join(log[-20:])
+    m = re.match(
+        r"error: stopped by SIGTERM after step (\d+); checkpointing is off \(checkpoint.enable=false\), so nothing was saved",
+        line,
+    )
+    assert m and int(m.group(1)) < 400, line
+    assert any("checkpointing is off (checkpoint.enable=false), so nothing will be saved" in ln for ln in log)
+    assert not (dump / "checkpoint").exists()
+
+
+def test_a_second_ctrl_c_during_the_stops_save_removes_the_partial_and_names_the_newest_checkpoint(tmp_path):
+    """Reported: a second Ctrl-C while the stop's checkpoint was written ended in an 80-line traceback (rc 1)
+    and no resume line. The saves after the first are slowed (tests/helpers/slow_save_train.py) so that the
+    second Ctrl-C lands inside the stop's save."""
+    dump = tmp_path / "run"
+    args = debug_train_args(dump, 400, **{"validation.freq": 1000, "checkpoint.interval": 2})
+    helper = [sys.executable, str(ROOT / "tests" / "helpers" / "slow_save_train.py"), "2", "0.05"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        helper + args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    log: list[str] = []
+    _wait_for(proc, r"step:\s+3\s", log)
+    proc.send_signal(signal.SIGINT)
+    _wait_for(proc, r"writing checkpoint data", log)  # the stop's save has begun
+    time.sleep(1)
+    proc.send_signal(signal.SIGINT)
+    (line,) = _finish(proc, log)
+    assert proc.returncode == 130, "".join(log[-20:])
+    m = re.match(
+        r"error: stopped at once by Ctrl-C \(SIGINT\); the partial (\S+) was removed; the newest complete checkpoint "
+        r"is (\S+); resume with: (.*) --checkpoint.load_step 2$",
+        line,
+    )
+    assert m and m.group(2) == f"{dump}/checkpoint/step-2", line
+    assert not os.path.exists(m.group(1)) and sorted(p.name for p in (dump / "checkpoint").iterdir()) == ["step-2"]

@@ -7,7 +7,7 @@ checkpoint and StopRequested, and a full disk into one DiskFullError line.
 from __future__ import annotations
 
 from ..checkpoint_record import run_record
-from ..checkpoint_save import save_recorded
+from ..checkpoint_save import save_recorded, stop_without_checkpoint
 
 
 def _aogpt_run(manager):
@@ -26,10 +26,13 @@ def install(checkpoint_manager_cls) -> None:
         return
 
     def save(self, curr_step: int, last_step: bool = False) -> None:
-        run = _aogpt_run(self) if self.enable else None
+        run = _aogpt_run(self)
         if run is None:
             return original(self, curr_step, last_step)
         trainer, guard = run
+        if not self.enable:  # checkpointing off: a requested stop still ends the run after this step
+            stop_without_checkpoint(guard, curr_step, last_step)
+            return original(self, curr_step, last_step)
         save_recorded(
             self,
             curr_step,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from torchtitan.components.checkpoint import CheckpointManager
 
-from ..checkpoint_save import save_recorded
+from ..checkpoint_save import save_recorded, stop_without_checkpoint
 
 
 class AOGPTCheckpointManager(CheckpointManager):
@@ -24,6 +24,11 @@ class AOGPTCheckpointManager(CheckpointManager):
 
     record_of = None  # () -> (record, tokenizer.json or None): set by the Trainer for an aogpt run
     guard = None
+
+    def save(self, curr_step: int, last_step: bool = False) -> bool:
+        if not self.enable and self.record_of is not None:  # checkpointing off: a requested stop still ends the run
+            stop_without_checkpoint(self.guard, curr_step, last_step)
+        return super().save(curr_step, last_step)
 
     def _save(self, curr_step: int, last_step: bool = False) -> bool:
         if self.record_of is None:

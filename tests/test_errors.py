@@ -1,0 +1,92 @@
+"""errors.py: a full disk is recognised however it arrives, a signal stops in one line, and a target a
+command would write over (an existing file, a device, a FIFO) is refused before any work."""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import signal
+
+import pytest
+from conftest import fill_disk
+
+from aogpt_plugin.errors import (
+    Interrupted,
+    UserError,
+    check_writable,
+    disk_full_reason,
+    interrupted_line,
+    interruption,
+    kind_of,
+    size_text,
+)
+
+
+class _CheckpointException(BaseException):
+    """What DCP raises: every rank's failure as (exception, traceback) in `failures`."""
+
+    def __init__(self, failures):
+        self.failures = failures
+        super().__init__("CheckpointException ranks:dict_keys([0])")
+
+
+ZIP_WRITER = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        OSError(errno.ENOSPC, "No space left on device"),
+        OSError(errno.EDQUOT, "Disk quota exceeded"),
+        Exception("Error while serializing: I/O error: No space left on device (os error 28)"),  # safetensors
+        Exception("No space left on device (os error 28)"),  # tokenizers' save
+        _CheckpointException({0: (OSError(errno.ENOSPC, "No space left on device"), [])}),
+    ],
+)
+def test_a_full_disk_is_recognised_in_every_form_it_arrives_in(error):
+    assert disk_full_reason(error) in ("No space left on device", "Disk quota exceeded")
+
+
+def test_the_zip_writers_short_write_counts_only_on_a_filesystem_without_room(small_disk, tmp_path):
+    """torch's zip writer loses the errno: `unexpected pos` is a full disk only where there is no room."""
+    wrapped = _CheckpointException({0: (ZIP_WRITER, [])})
+    assert disk_full_reason(wrapped, str(tmp_path), needed=1000) is None  # room enough: another fault
+    disk = small_disk("4m")
+    assert disk_full_reason(wrapped, str(disk), needed=1000) is None
+    fill_disk(disk, leave=0)
+    assert disk_full_reason(wrapped, str(disk / "step-4"), needed=1000) == "No space left on device"
+    assert disk_full_reason(RuntimeError("shape mismatch"), str(disk)) is None  # not a write failure
+
+
+def test_a_signal_wrapped_by_a_library_is_found_and_named():
+    stop = Interrupted(signal.SIGTERM)
+    assert interruption(_CheckpointException({0: (stop, [])})) is stop
+    assert interruption(ValueError("x")) is None
+    stop.detail = "'out' was not written"
+    assert interrupted_line(stop) == "stopped by SIGTERM; 'out' was not written"
+    assert interrupted_line(KeyboardInterrupt()) == "stopped by Ctrl-C (SIGINT)"
+
+
+def test_check_writable_refuses_devices_fifos_folders_and_an_existing_file_without_force(tmp_path):
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    for path, says in (
+        ("/dev/full", "is a character device, not a file"),
+        (str(fifo), "is a FIFO (named pipe), not a file"),
+        (str(tmp_path), "is a folder"),
+        (str(tmp_path / "no" / "x.json"), "its folder"),
+    ):
+        with pytest.raises(UserError, match=re.escape(says)):
+            check_writable(path, "--save-samples")
+    mine = tmp_path / "mine.json"
+    mine.write_text("the user's file")
+    with pytest.raises(UserError, match=r"--save-samples '.*mine.json' already exists; pass --force to replace it"):
+        check_writable(str(mine), "--save-samples")
+    check_writable(str(mine), "--save-samples", force=True)
+    check_writable(str(tmp_path / "new.json"), "--save-samples")
+    assert kind_of(str(mine)) is None and kind_of(str(tmp_path / "absent")) is None
+
+
+def test_sizes_read_as_df_shows_them():
+    assert [size_text(n) for n in (512, 27_019_651, 109_100_000_000)] == ["512 B", "27.0 MB", "109.1 GB"]

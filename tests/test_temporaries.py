@@ -1,0 +1,65 @@
+"""temporaries.py: a file is written whole or not at all (a full disk, a signal), and a killed writer's
+temporary is removed by the next one."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+from conftest import fill_disk
+
+from aogpt_plugin.errors import DiskFullError, Interrupted
+from aogpt_plugin.temporaries import move_into_place, write_file
+
+
+def test_write_file_replaces_atomically_and_leaves_no_temporary(tmp_path):
+    target = tmp_path / "tok.json"
+    target.write_text("old")
+    write_file(str(target), b"new", f"OUT {str(target)!r}")
+    assert target.read_bytes() == b"new" and os.listdir(tmp_path) == ["tok.json"]
+    assert oct(target.stat().st_mode & 0o777) == "0o644"
+
+
+def test_a_full_disk_keeps_the_old_file_names_the_bytes_needed_and_leaves_nothing(small_disk):
+    disk = small_disk("1m")
+    target = disk / "tok.json"
+    target.write_text("old")
+    fill_disk(disk, leave=4096)
+    with pytest.raises(DiskFullError) as e:
+        write_file(str(target), b"x" * 200_000, f"OUT {str(target)!r}")
+    message = str(e.value)
+    assert message.startswith(f"the disk is full: writing OUT {str(target)!r} failed (No space left on device)")
+    assert "it needs 200.0 kB and " in message and message.endswith("nothing was written")
+    assert target.read_text() == "old" and sorted(os.listdir(disk)) == ["filler", "tok.json"]
+
+
+def test_a_signal_while_writing_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
+    target = tmp_path / "s.json"
+    target.write_text("old")
+
+    def interrupted_chmod(path, mode):
+        raise Interrupted(signal.SIGTERM)
+
+    monkeypatch.setattr(os, "chmod", interrupted_chmod)
+    with pytest.raises(Interrupted):
+        write_file(str(target), b"new", "FILE")
+    assert target.read_text() == "old" and os.listdir(tmp_path) == ["s.json"]
+
+
+def test_a_killed_writers_temporary_file_is_removed_by_the_next_writer(tmp_path):
+    stale = tmp_path / ".tok.json.aogpt-999999999-abc"
+    stale.write_text("partial")
+    write_file(str(tmp_path / "tok.json"), b"{}", "OUT")
+    assert sorted(os.listdir(tmp_path)) == ["tok.json"]
+
+
+def test_move_into_place_replaces_a_folder_whole(tmp_path):
+    old, new = tmp_path / "out", tmp_path / ".tmp-1"
+    old.mkdir()
+    (old / "a").write_text("old")
+    new.mkdir()
+    (new / "a").write_text("new")
+    move_into_place(str(new), str(old))
+    assert (old / "a").read_text() == "new" and sorted(os.listdir(tmp_path)) == ["out"]
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == set()  # Ctrl-C and SIGTERM delivered again

@@ -1,0 +1,68 @@
+"""launcher.py's first checks, before torchtitan is imported: a missing torchtitan names the extras to
+install, and a second recipe on the command line is refused (torchtitan would read only the first)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+from aogpt_plugin.training.versions import TORCHTITAN_MISSING
+
+HIDE_TORCHTITAN = '''
+import sys
+
+class _NoTorchtitan:
+    """torchtitan, as in a Python where the training extra was never installed."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "torchtitan" or name.startswith("torchtitan."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, _NoTorchtitan())
+'''
+
+
+def _run(command: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
+    bin_dir = str(Path(sys.executable).parent)
+    full = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", **(env or {})}
+    return subprocess.run(command, cwd=ROOT, env=full, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["python", "-m", "aogpt_plugin.train", "--job.config_file", "train_configs/aogpt_debug.toml"],
+        ["aogpt", "train", "--job.config_file", "train_configs/aogpt_debug.toml"],
+        ["aogpt", "train", "--help"],
+    ],
+)
+def test_without_torchtitan_training_names_the_extras_to_install(tmp_path, command):
+    """Reported: a 35-line `ModuleNotFoundError: No module named 'torchtitan'`, also for `aogpt train --help`.
+    torchtitan is hidden from the import system (a sitecustomize on PYTHONPATH), as if never installed."""
+    (tmp_path / "sitecustomize.py").write_text(HIDE_TORCHTITAN)
+    proc = _run(command, {"PYTHONPATH": str(tmp_path)})
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.splitlines() == [f"error: {TORCHTITAN_MISSING}"]
+    assert (
+        "pip install 'aogpt[titan022]'" in TORCHTITAN_MISSING and "pip install 'aogpt[titan03]'" in TORCHTITAN_MISSING
+    )
+
+
+def test_a_second_job_config_file_is_refused_in_one_line():
+    """Reported: a second --job.config_file was ignored without a word."""
+    proc = _run(
+        ["python", "-m", "aogpt_plugin.train", "--job.config_file", "train_configs/aogpt_debug.toml"]
+        + ["--job.config_file=train_configs/aogpt_small.toml"]
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        "error: --job.config_file is given 2 times ('train_configs/aogpt_debug.toml', "
+        "'train_configs/aogpt_small.toml'); a run reads one recipe: give one and change its values with "
+        "--section.key options"
+    ]
