@@ -53,13 +53,12 @@ class _RealVocabCrossEntropy(torch.autograd.Function):
         grad = torch.empty_like(rows)
         grad[:, vocab_size:] = 0
         scale = (grad_loss * keep).unsqueeze(1)  # 0 for ignored rows
+        minus_one = torch.full(index.shape, -1.0, dtype=torch.float32, device=index.device)
         for start in range(0, rows.shape[0], chunk_rows):
             end = start + chunk_rows
-            softmax = torch.exp(rows[start:end, :vocab_size].float() - lse[start:end, None])
-            softmax = softmax.scatter_add(
-                1, index[start:end], torch.full_like(index[start:end], -1, dtype=softmax.dtype)
-            )
-            grad[start:end, :vocab_size] = softmax * scale[start:end]
+            softmax = torch.sub(rows[start:end, :vocab_size], lse[start:end, None]).exp_()  # float32 (lse is)
+            softmax.scatter_add_(1, index[start:end], minus_one[start:end])
+            grad[start:end, :vocab_size] = softmax.mul_(scale[start:end])
         return grad.view_as(pred), None, None, None
 
 
