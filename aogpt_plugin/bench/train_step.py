@@ -3,7 +3,10 @@
 Both variants share the backbone; AO adds the target-position table, the per-block adaLN
 projections (SiLU -> Linear(128, 6d)) and a gather of the permuted tokens, AR is `conditioning=none`
 read left to right. A step is forward + summed cross-entropy + backward + AdamW step, on random
-tokens (data loading is excluded on purpose: it is identical for both). Variants are timed in
+tokens (data loading is excluded on purpose: it is identical for both), as the recipes run it: the
+training loss (chunked over rows) inside autocast, compiled with the model under `--compile`
+(`blocks`: each TransformerBlock, torchtitan's way; `model`: the whole model), fused AdamW on CUDA.
+`--profile` profiles the steps instead and prints them by kernel category (step_profile.py). Variants are timed in
 interleaved rounds so that drift (thermal, other processes) hits both alike: each round times every
 variant for --steps steps in turn, and prints its medians as it goes (stderr). Step times are
 medians over all timed steps; the AO / AR headline is the median of the per-round ratios (each
