@@ -53,12 +53,13 @@ class _RealVocabCrossEntropy(torch.autograd.Function):
         grad = torch.empty_like(rows)
         grad[:, vocab_size:] = 0
         scale = (grad_loss * keep).unsqueeze(1)  # 0 for ignored rows
-        minus_one = torch.full(index.shape, -1.0, dtype=torch.float32, device=index.device)
+        columns = torch.arange(vocab_size, device=index.device).unsqueeze(0)
         for start in range(0, rows.shape[0], chunk_rows):
             end = start + chunk_rows
+            # softmax - one-hot, elementwise only, so a compiled backward fuses it into one pass per chunk
             softmax = torch.sub(rows[start:end, :vocab_size], lse[start:end, None]).exp_()  # float32 (lse is)
-            softmax.scatter_add_(1, index[start:end], minus_one[start:end])
-            grad[start:end, :vocab_size] = softmax.mul_(scale[start:end])
+            one_hot = (columns == index[start:end]).to(softmax.dtype)
+            grad[start:end, :vocab_size] = softmax.sub_(one_hot).mul_(scale[start:end])
         return grad.view_as(pred), None, None, None
 
 

@@ -249,3 +249,25 @@ def test_chunked_ce_compiles_in_one_graph_with_the_same_loss_and_gradients(backe
     loss, grad = _loss_and_grad(compiled, pred, labels)
     assert loss.item() == pytest.approx(ref_loss.item(), rel=1e-6)
     assert ((grad - ref_grad).norm() / ref_grad.norm()).item() <= 1e-6
+
+
+@pytest.mark.slow
+def test_compiled_chunked_ce_allocates_no_float32_logits():
+    """The recipes compile the loss: inductor's code for the forward and backward must not allocate a
+    float32 buffer of logits either (the backward is one fused pass, bf16 logits in, bf16 gradient out).
+    A backward that scattered into a materialised softmax allocated a float32 buffer per chunk, all
+    alive to its end."""
+    import re
+
+    from torch._inductor.utils import run_and_get_code
+
+    pred, labels = _ce_batch(torch.bfloat16, seed=5)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda p, y: ao_cross_entropy(p, y, CE_VOCAB, 64), backend="inductor")
+    _, code = run_and_get_code(lambda: compiled(pred, labels).backward())
+    buffers = re.findall(r"empty_strided_\w+\(\(([\d, ]+)\), \([\d, ]*\), torch\.(\w+)\)", "\n".join(code))
+    largest_float32 = max(
+        (math.prod(int(d) for d in shape.split(",") if d.strip()) for shape, dtype in buffers if dtype == "float32"),
+        default=0,
+    )
+    assert buffers and largest_float32 < 64 * CE_VOCAB
