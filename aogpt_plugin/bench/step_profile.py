@@ -43,6 +43,7 @@ _MATMUL = re.compile(
 _NOT_WORK = re.compile(r"^(ProfilerStep#|autograd::engine::evaluate_function)")
 # the profiler's kinds of device work (its `activity_type`); annotations mirrored on the device are not work
 DEVICE_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
+_RUNTIME = re.compile(r"^cu(da)?[A-Z]")  # CUDA runtime / driver calls (cudaLaunchKernel, cuLaunchKernel)
 
 
 def category_of(name: str, ancestors: Sequence[str] = ()) -> str:
@@ -171,25 +172,42 @@ def cpu_works(events) -> list[Work]:
     return works
 
 
-def device_works(events) -> list[Work]:
-    """Every device kernel / copy, categorised by its name and the host op that launched it (linked by
-    the profiler's correlation id) with that op's enclosing ranges."""
+def _method(event, name: str, default=None):
+    fn = getattr(event, name, None)
+    return default if fn is None else fn()
+
+
+def device_works(events, kineto_events, trace_start_ns: int) -> list[Work]:
+    """Every device kernel / copy, categorised by its name and by the host op that launched it, with
+    that op's enclosing ranges. The profiler's raw events carry the link (a device event's
+    `linked_correlation_id` is the launching op's `correlation_id`, as torch's own parser reads it);
+    `events` (torch's FunctionEvents, id = correlation id) carry the tree of host ranges."""
     loss_nodes = loss_autograd_nodes(events)
-    hosts = {e.id: e for e in events if e.device_type.name == "CPU" and e.linked_correlation_id == 0}
+    frontend = {
+        k.correlation_id() for k in kineto_events if k.device_type().name == "CPU" and k.linked_correlation_id() == 0
+    }
+    hosts = {
+        e.id: e
+        for e in events
+        if e.device_type.name == "CPU" and e.id in frontend and not e.is_async and not _RUNTIME.search(e.name)
+    }
+    annotations = {e.name for e in events if e.is_user_annotation}  # host ranges the device timeline mirrors
     works = []
-    for e in events:
-        if e.device_type.name == "CPU" or not _is_device_work(e):
+    for k in kineto_events:
+        if k.device_type().name == "CPU" or not _is_device_work(k, annotations):
             continue
-        host = hosts.get(e.linked_correlation_id)
+        host = hosts.get(k.linked_correlation_id())
         ancestors = [] if host is None else [host.name, *_ancestors(host, loss_nodes)]
-        start, end = e.time_range.start, e.time_range.end
-        works.append(Work(e.name, category_of(e.name, ancestors), end - start, start, end))
+        start, end = (k.start_ns() - trace_start_ns) / 1000, (k.end_ns() - trace_start_ns) / 1000
+        works.append(Work(k.name(), category_of(k.name(), ancestors), end - start, start, end))
     return works
 
 
-def _is_device_work(event) -> bool:
-    kind = getattr(event, "activity_type", None)
-    return kind in DEVICE_WORK if kind else not event.is_user_annotation
+def _is_device_work(kineto_event, annotations: set[str]) -> bool:
+    kind = _method(kineto_event, "activity_type")  # torch >= 2.13; before it, mirrored ranges go by name
+    if kind:
+        return kind in DEVICE_WORK
+    return not _method(kineto_event, "is_user_annotation", False) and kineto_event.name() not in annotations
 
 
 def profile_steps(step, device, steps: int, trace_path: str | None = None) -> dict:
@@ -210,7 +228,11 @@ def profile_steps(step, device, steps: int, trace_path: str | None = None) -> di
         prof.export_chrome_trace(trace_path)
     events = prof.events()
     on_device = device.type == "cuda"
-    works = device_works(events) if on_device else cpu_works(events)
+    if on_device:
+        raw = prof.profiler.kineto_results
+        works = device_works(events, raw.events(), raw.trace_start_ns())
+    else:
+        works = cpu_works(events)
     summary = summarise(works, step_windows(events), device_timeline=on_device)
     if on_device:
         summary["device"] = torch.cuda.get_device_name(device)

@@ -3,6 +3,8 @@ timeline (overlap, idle, steps' windows), and a real CPU training step whose cat
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
@@ -15,6 +17,7 @@ from aogpt_plugin.bench.step_profile import (
     Work,
     category_of,
     cpu_works,
+    device_works,
     profile_steps,
     summarise,
 )
@@ -128,3 +131,63 @@ def test_a_cpu_training_step_is_covered_by_its_categories():
     assert sum(c["ms_per_step"] for c in cats.values()) == pytest.approx(s["wall_ms_per_step"], rel=1e-3)
     assert any("flash_attention" in name for name, _ in cats["attention"]["top"])
     assert any(name in ("aten::mm", "aten::addmm") for name, _ in cats["matmul"]["top"])
+
+
+def _host(name, id_, parent=None, seq=-1, fwd_thread=0, annotation=False):
+    return SimpleNamespace(
+        name=name, id=id_, cpu_parent=parent, sequence_nr=seq, fwd_thread=fwd_thread, thread=1,
+        device_type=SimpleNamespace(name="CPU"), is_async=False, is_user_annotation=annotation,
+    )  # fmt: skip
+
+
+def _raw(name, corr, linked, start_ns, end_ns, device="CUDA", kind="kernel"):
+    methods = dict(
+        name=lambda: name, correlation_id=lambda: corr, linked_correlation_id=lambda: linked,
+        device_type=lambda: SimpleNamespace(name=device), start_ns=lambda: start_ns, end_ns=lambda: end_ns,
+    )  # fmt: skip
+    if kind is not None:
+        methods["activity_type"] = lambda: kind
+    return SimpleNamespace(**methods)
+
+
+@pytest.mark.parametrize("with_activity_type", [True, False])
+def test_device_kernels_get_the_ranges_of_the_host_op_that_launched_them(with_activity_type):
+    """Fake profiler records shaped as torch's: a kernel's linked_correlation_id names its launching op;
+    the loss's backward node shares (forward thread, sequence number) with the op under `aogpt.loss`;
+    a range mirrored on the device is no work (by activity type, or by name on torch < 2.13); a runtime
+    call whose id collides with an op's does not take its place."""
+    step = _host(STEP_RANGE, 1, annotation=True)
+    loss = _host(LOSS_RANGE, 2, step, annotation=True)
+    loss_fn = _host("_RealVocabCrossEntropy", 3, loss, seq=40)
+    optimizer = _host(OPTIMIZER_RANGE, 4, step, annotation=True)
+    adamw = _host("aten::_fused_adamw_", 5, optimizer)
+    bwd_node = _host("CompiledFunctionBackward", 6, None, seq=40, fwd_thread=1)
+    bwd_op = _host("triton_poi_fused_exp_sub_0", 7, bwd_node)
+    block_mm = _host("aten::mm", 8, _host("AddmmBackward0", 9, None, seq=12, fwd_thread=1))
+    runtime = _host("cudaLaunchKernel", 8, adamw)  # same id as block_mm: must not replace it
+    events = [step, loss, loss_fn, optimizer, adamw, bwd_node, bwd_op, block_mm, runtime]
+    kind = lambda k: k if with_activity_type else None  # noqa: E731
+    raw = [_raw(e.name, e.id, 0, 0, 0, device="CPU", kind=None) for e in events[:-1]]
+    raw += [
+        _raw("triton_red_fused_logsumexp_0", 101, 3, 1000, 3000, kind=kind("kernel")),
+        _raw("multi_tensor_apply_kernel", 102, 5, 3000, 4000, kind=kind("kernel")),
+        _raw("triton_poi_fused_exp_sub_0", 103, 7, 4000, 6000, kind=kind("kernel")),
+        _raw("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTT", 104, 8, 6000, 9000, kind=kind("kernel")),
+        _raw(STEP_RANGE, 105, 1, 0, 10000, kind=kind("gpu_user_annotation")),
+    ]
+    works = device_works(events, raw, trace_start_ns=0)
+    assert [(w.name[:12], w.category, w.start_us, w.end_us) for w in works] == [
+        ("triton_red_f", "loss", 1.0, 3.0),
+        ("multi_tensor", "optimizer", 3.0, 4.0),
+        ("triton_poi_f", "loss", 4.0, 6.0),
+        ("nvjet_tst_12", "matmul", 6.0, 9.0),
+    ]
+
+
+def test_device_works_reads_a_real_profile_without_device_events():
+    """The raw-event methods device_works calls exist on this torch (a CPU profile has no kernels)."""
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with record_function(STEP_RANGE):
+            torch.ones(4).sum()
+    raw = prof.profiler.kineto_results
+    assert device_works(prof.events(), raw.events(), raw.trace_start_ns()) == []
