@@ -28,7 +28,6 @@ from functools import partial
 
 from ..devices import device_name, resolve_device, synchronize
 from ..errors import UserError
-from ..likelihood import LOSS_CHUNK_ROWS, ao_cross_entropy
 from ..model import FLAVORS
 from . import median_and_range
 
@@ -60,8 +59,9 @@ def add_to(subparsers) -> None:
     p.add_argument(
         "--loss-chunk-rows",
         type=int,
-        default=LOSS_CHUNK_ROWS,
-        help=f"rows of logits the loss upcasts at a time (default {LOSS_CHUNK_ROWS}; 0: the whole batch at once)",
+        default=None,
+        help="rows of logits the loss upcasts at a time (default: the training loss's, "
+        "likelihood.LOSS_CHUNK_ROWS; 0: the whole batch at once)",
     )
     p.add_argument(
         "--profile",
@@ -85,7 +85,7 @@ def check_args(args) -> list[str]:
             raise UserError(f"--{name} {getattr(args, name)} must be >= 1")
     if args.warmup < 0:
         raise UserError(f"--warmup {args.warmup} must be >= 0")
-    if args.loss_chunk_rows < 0:
+    if args.loss_chunk_rows is not None and args.loss_chunk_rows < 0:
         raise UserError(f"--loss-chunk-rows {args.loss_chunk_rows} must be >= 0 (0: the whole batch at once)")
     if args.profile_trace and not args.profile:
         raise UserError("--profile-trace needs --profile")
@@ -109,10 +109,11 @@ class Variant:
         device,
         dtype,
         compile: str | None,
-        loss_chunk_rows: int = LOSS_CHUNK_ROWS,
+        loss_chunk_rows: int | None = None,
     ):
         import torch
 
+        from ..likelihood import LOSS_CHUNK_ROWS, ao_cross_entropy
         from ..model import AOGPT
 
         args = dataclasses.replace(FLAVORS[flavor], conditioning=conditioning)
@@ -127,6 +128,8 @@ class Variant:
                 self.model.layers.register_module(name, torch.compile(block))
         elif compile == "model":
             self.forward = torch.compile(self.model)
+        if loss_chunk_rows is None:
+            loss_chunk_rows = LOSS_CHUNK_ROWS
         self.loss_chunk_rows = loss_chunk_rows or batch * seq_len  # 0: the whole batch in one chunk
         self.loss = partial(ao_cross_entropy, vocab_size=args.vocab_size, chunk_rows=self.loss_chunk_rows)
         if compile:  # the recipes compile the loss too (`[compile] components = ["model", "loss"]`)
@@ -187,7 +190,7 @@ def command_line(args) -> str:
     parts += [f"--warmup {args.warmup}", f"--variants {args.variants}"]
     parts += [f"--dtype {args.dtype}"] if args.dtype else []
     parts += [f"--compile {args.compile}"] if args.compile else []
-    parts += [] if args.loss_chunk_rows == LOSS_CHUNK_ROWS else [f"--loss-chunk-rows {args.loss_chunk_rows}"]
+    parts += [] if args.loss_chunk_rows is None else [f"--loss-chunk-rows {args.loss_chunk_rows}"]
     parts += ["--profile"] if args.profile else []
     return " ".join(parts)
 
