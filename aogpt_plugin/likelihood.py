@@ -27,7 +27,9 @@ class _RealVocabCrossEntropy(torch.autograd.Function):
 
     Forward keeps one float32 log-sum-exp per row; backward recomputes each chunk's softmax from the
     saved logits and writes it straight into the gradient (padded columns and ignored rows zero), so
-    neither pass holds more than one chunk of float32 logits besides the logits themselves."""
+    neither pass holds more than one chunk of float32 logits besides the logits themselves, and
+    compiled, none: the backward is then written elementwise (a dense one-hot, not a scatter) so that
+    inductor fuses each chunk into one pass; eager, the scatter touches only the label entries."""
 
     @staticmethod
     def forward(ctx, pred: torch.Tensor, labels: torch.Tensor, vocab_size: int, chunk_rows: int) -> torch.Tensor:
@@ -53,13 +55,18 @@ class _RealVocabCrossEntropy(torch.autograd.Function):
         grad = torch.empty_like(rows)
         grad[:, vocab_size:] = 0
         scale = (grad_loss * keep).unsqueeze(1)  # 0 for ignored rows
+        compiling = torch.compiler.is_compiling()
         columns = torch.arange(vocab_size, device=index.device).unsqueeze(0)
+        minus_one = torch.full(index.shape, -1.0, device=index.device)
         for start in range(0, rows.shape[0], chunk_rows):
             end = start + chunk_rows
-            # softmax - one-hot, elementwise only, so a compiled backward fuses it into one pass per chunk
             softmax = torch.sub(rows[start:end, :vocab_size], lse[start:end, None]).exp_()  # float32 (lse is)
-            one_hot = (columns == index[start:end]).to(softmax.dtype)
-            grad[start:end, :vocab_size] = softmax.sub_(one_hot).mul_(scale[start:end])
+            if compiling:  # elementwise only: inductor fuses the chunk into one pass, logits in, gradient out
+                one_hot = (columns == index[start:end]).to(softmax.dtype)
+                grad[start:end, :vocab_size] = softmax.sub_(one_hot).mul_(scale[start:end])
+            else:  # eager: touch the label entries only, and scale straight into the gradient
+                softmax.scatter_add_(1, index[start:end], minus_one[start:end])
+                torch.mul(softmax, scale[start:end], out=grad[start:end, :vocab_size])
         return grad.view_as(pred), None, None, None
 
 

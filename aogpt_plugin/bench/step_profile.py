@@ -257,4 +257,4 @@ def format_profiles(profiles: dict[str, dict]) -> list[str]:
             top = profiles[v]["categories"][c]["top"]
             if top:
                 lines.append(f"  {c:16s} " + "; ".join(f"{name[:70]} {ms:.3f}" for name, ms in top))
-    return lines
+    return [line.rstrip() for line in lines]

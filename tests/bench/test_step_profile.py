@@ -89,9 +89,9 @@ def _profiled_cpu_step(step) -> list:
 
 @pytest.mark.parametrize("compiled", [False, True])
 def test_the_loss_backward_is_loss_eager_or_compiled(compiled):
-    """A step of a Linear head + the training loss: the loss's backward ops (exp, the one-hot's eq) are
-    `loss` although they run outside `aogpt.loss`, found by their autograd sequence numbers; the
-    head's matmuls stay matmul. Compiled, the backward runs as `CompiledFunctionBackward`, like every
+    """A step of a Linear head + the training loss: the loss's backward ops (exp; the scatter, or
+    compiled the one-hot's eq) are `loss` although they run outside `aogpt.loss`, found by their
+    autograd sequence numbers; the head's matmuls stay matmul. Compiled, the backward runs as `CompiledFunctionBackward`, like every
     compiled block's: without that link its ops would fall into elementwise/norm."""
     head = torch.nn.Linear(16, 64)
     x, labels = torch.randn(40, 16), torch.randint(0, 50, (40,))
@@ -109,7 +109,7 @@ def test_the_loss_backward_is_loss_eager_or_compiled(compiled):
     by_category: dict[str, set[str]] = {}
     for w in cpu_works(_profiled_cpu_step(step)):
         by_category.setdefault(w.category, set()).add(w.name)
-    backward = {"aten::exp", "aten::eq"} if compiled else {"aten::exp_", "aten::eq"}
+    backward = {"aten::exp", "aten::eq"} if compiled else {"aten::exp_", "aten::scatter_add_"}
     assert {"aten::logsumexp", *backward} <= by_category["loss"]
     assert not backward & by_category.get("elementwise/norm", set())
     assert {"aten::addmm", "aten::mm"} <= by_category["matmul"]
