@@ -7,11 +7,17 @@
 #   bash scripts/gpu_check.sh "$OUT"
 # Steps: install the carried wheels where a package is missing (never replacing torch), print the
 # device, `pytest -m gpu` (bf16 + FSDP2/NCCL + compile + AC training with exact resume and convert,
-# float8, the sampler and eval on CUDA), then the benchmarks: `aogpt bench train` (small and medium,
-# seq 1024, bf16, compile) and `aogpt bench sampler` (small, n 256, batch 1/8/32), each --json, and the first 60 steps of aogpt_small.
-# Without CUDA the same steps run in CPU mode: the gpu tests skip and the benchmarks use tiny sizes.
-# The JSON lines become docs rows with `python scripts/update_benchmarks_doc.py OUTDIR/bench_sampler_*.json`.
-# GPU_CHECK_PARTS="tests first_steps bench sampler" (the default: all) runs a subset, e.g. to fit one 10-minute call.
+# float8, the sampler and eval on CUDA), then the training part (issue 37; at most 9 minutes on one
+# H100, each step under its own timeout): `aogpt bench train` for small and medium (AO and AR, seq 1024,
+# batch 8, bf16, compile; MFU, tokens/s, peak memory), the same bench's --profile of small (a step by
+# kernel category), the first 60 steps of aogpt_small.toml; then `aogpt bench sampler` (small, n 256,
+# batch 1/8/32), each --json.
+# Without CUDA the same steps run in CPU mode at tiny sizes (debugmodel, the debug recipe): the gpu
+# tests skip. The JSON lines become docs rows with `python scripts/update_benchmarks_doc.py OUTDIR/bench_*.json`.
+# GPU_CHECK_PARTS="tests first_steps bench sampler" (the default: all) runs a subset, e.g. to fit one 10-minute
+# call; parts: tests, train_bench, train_profile, first_steps (the group `training` = these three: at most 9
+# minutes, `GPU_CHECK_PARTS=training`), `bench` (every bench but the graphed sampler's: train_bench,
+# train_profile and the sampler's) and `sampler`.
 # The sampler part (issue 33; at most 9 minutes on one H100, each step under its own timeout): the CUDA tests of
 # the graphed static step (tests/gpu/test_graphed_sampler.py), then `aogpt bench sampler --graphs on` for small at
 # n=1024 with batch 1 and 32 and at n=256 with batch 32, and `--graphs compile --T n` at n=1024, batch 32:
@@ -19,7 +25,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PARTS=" ${GPU_CHECK_PARTS:-tests first_steps bench sampler} "
-want() { [[ "$PARTS" == *" $1 "* ]]; }
+want() {  # want PART [GROUP...]: the part, or a group that holds it, was asked for
+    local p
+    for p in "$@"; do [[ "$PARTS" == *" $p "* ]] && return 0; done
+    return 1
+}
 OUT=${1:?usage: bash scripts/gpu_check.sh OUTDIR}
 mkdir -p "$OUT"
 LOG="$OUT/gpu_check.log"
@@ -39,6 +49,10 @@ step() {  # step NAME CMD...: run, log, record the exit status
     STEPS+=("{\"step\": \"$name\", \"rc\": $rc}")
     say "$name: exit $rc"
 }
+timed() {  # timed NAME SECONDS CMD...: step under its own timeout (exit 124 when it ran out)
+    local name=$1 seconds=$2; shift 2
+    step "$name" timeout --kill-after=5 "$seconds" "$@"
+}
 
 MISSING='import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ("torchtitan", "torchao", "torchdata", "datasets", "tyro")))'
 if [ -d .whl ] && ! "$PY" -c "$MISSING"; then
@@ -53,19 +67,41 @@ print('device', torch.cuda.get_device_name() if torch.cuda.is_available() else '
 
 want tests && step pytest_gpu "$PY" -m pytest -m gpu tests/gpu -q -p no:cacheprovider --ignore tests/gpu/test_graphed_sampler.py --junitxml "$OUT/pytest_gpu.xml"
 AOGPT=("$PY" -m aogpt_plugin.cli)
+AOGPT_Q=$(printf '%q ' "${AOGPT[@]}")
+# The training part (issue 37). GPU: the rows of docs/benchmarks.md's training section; 120+140+110+150 s
+# of timeouts (+5 s kill grace each) = 9 minutes at most. CPU: the same commands at tiny sizes.
 if [ "$MODE" = gpu ]; then
-    want bench && for flavor in small medium; do
-        step "bench_train_$flavor" sh -c "$(printf '%q ' "${AOGPT[@]}") bench train --flavor $flavor --seq-len 1024 --batch 8 --dtype bfloat16 --compile --json > $OUT/bench_train_$flavor.json"
-    done
+    TRAIN_FLAVORS=(small:120 medium:140)
+    TRAIN_SIZE="--seq-len 1024 --batch 8 --dtype bfloat16 --compile"
+    PROFILE_FLAVOR=small PROFILE_SIZE="--seq-len 1024 --batch 8 --steps 5 --dtype bfloat16 --compile" PROFILE_SECONDS=110
     # The paper's small recipe for its first steps on one GPU (issue 27): local Wikipedia shard instead of the
     # hub's OpenWebText (no network there), one 16 x 1024 micro-batch per step, validation and checkpoints off.
-    want first_steps && step first_steps_small "$PY" -m aogpt_plugin.train --job.config_file train_configs/aogpt_small.toml \
-        --job.dump_folder /tmp/aogpt_first_steps --training.dataset local \
-        --training.dataset_path "$AOGPT_DATA_DIR/train_corpus/enwiki2015_train_00.jsonl" \
-        --training.global_batch_size 16 --training.steps 60 --metrics.log_freq 5 --metrics.disable_color_printing \
-        --validation.no-enable --checkpoint.no-enable
+    FIRST_RECIPE=aogpt_small FIRST_BATCH=16 FIRST_STEPS=60 FIRST_LOG=5 FIRST_SECONDS=150
+else
+    TRAIN_FLAVORS=(debugmodel:300)
+    TRAIN_SIZE="--seq-len 32 --batch 2 --steps 2 --rounds 2 --warmup 1"
+    PROFILE_FLAVOR=debugmodel PROFILE_SIZE="--seq-len 32 --batch 2 --steps 2 --warmup 1" PROFILE_SECONDS=300
+    FIRST_RECIPE=aogpt_debug FIRST_BATCH=8 FIRST_STEPS=2 FIRST_LOG=1 FIRST_SECONDS=300
+fi
+export TORCH_LOGS=${TORCH_LOGS:-graph_breaks}  # a graph break in the compiled step shows in the log
+if want train_bench training bench; then
+    for flavor_seconds in "${TRAIN_FLAVORS[@]}"; do
+        flavor=${flavor_seconds%:*}
+        timed "bench_train_$flavor" "${flavor_seconds#*:}" sh -c "$AOGPT_Q bench train --flavor $flavor $TRAIN_SIZE --json > $OUT/bench_train_$flavor.json"
+    done
+fi
+want train_profile training bench && timed "bench_train_profile_$PROFILE_FLAVOR" "$PROFILE_SECONDS" \
+    sh -c "$AOGPT_Q bench train --flavor $PROFILE_FLAVOR $PROFILE_SIZE --profile --json > $OUT/bench_train_profile_$PROFILE_FLAVOR.json"
+want first_steps training && timed "first_steps_$FIRST_RECIPE" "$FIRST_SECONDS" \
+    "$PY" -m aogpt_plugin.train --job.config_file "train_configs/$FIRST_RECIPE.toml" \
+    --job.dump_folder "/tmp/aogpt_first_steps_$$" --training.dataset local \
+    --training.dataset_path "$AOGPT_DATA_DIR/train_corpus/enwiki2015_train_00.jsonl" \
+    --training.global_batch_size "$FIRST_BATCH" --training.steps "$FIRST_STEPS" --metrics.log_freq "$FIRST_LOG" \
+    --metrics.disable_color_printing --validation.no-enable --checkpoint.no-enable
+unset TORCH_LOGS
+if [ "$MODE" = gpu ]; then
     want bench && for batch in 1 8 32; do
-        step "bench_sampler_b$batch" sh -c "$(printf '%q ' "${AOGPT[@]}") bench sampler --flavor small --n 256 --batch $batch --repeats 3 --json > $OUT/bench_sampler_b$batch.json"
+        step "bench_sampler_b$batch" sh -c "$AOGPT_Q bench sampler --flavor small --n 256 --batch $batch --repeats 3 --json > $OUT/bench_sampler_b$batch.json"
     done
     if want sampler; then
         step pytest_graphed timeout 150 "$PY" -m pytest -m gpu tests/gpu/test_graphed_sampler.py -q -p no:cacheprovider --junitxml "$OUT/pytest_graphed.xml"
@@ -76,9 +112,8 @@ if [ "$MODE" = gpu ]; then
         done
     fi
 else
-    want sampler && step bench_graphs_cpu sh -c "$(printf '%q ' "${AOGPT[@]}") bench sampler --flavor debugmodel --n 16 --batch 2 --repeats 1 --graphs static --json > $OUT/bench_graphs_static_cpu.json"
-    step bench_train_cpu sh -c "$(printf '%q ' "${AOGPT[@]}") bench train --flavor debugmodel --seq-len 32 --batch 2 --steps 2 --rounds 2 --warmup 1 --json > $OUT/bench_train_debugmodel.json"
-    step bench_sampler_cpu sh -c "$(printf '%q ' "${AOGPT[@]}") bench sampler --flavor debugmodel --n 16 --batch 1 --repeats 2 --json > $OUT/bench_sampler_b1.json"
+    want sampler && step bench_graphs_cpu sh -c "$AOGPT_Q bench sampler --flavor debugmodel --n 16 --batch 2 --repeats 1 --graphs static --json > $OUT/bench_graphs_static_cpu.json"
+    step bench_sampler_cpu sh -c "$AOGPT_Q bench sampler --flavor debugmodel --n 16 --batch 1 --repeats 2 --json > $OUT/bench_sampler_b1.json"
 fi
 
 "$PY" - "$OUT" "$MODE" "${STEPS[@]}" <<'PYEOF' | tee -a "$LOG"
@@ -93,12 +128,16 @@ for xml in sorted(glob.glob(os.path.join(out, "pytest_*.xml"))):
     summary[os.path.basename(xml)[:-4]] = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
 import importlib.metadata as md, re
 summary["torchtitan"] = md.version("torchtitan")
-rows = []  # the first steps of the small recipe, read off the launcher's log lines
+rows, graph_breaks = [], 0  # the first steps of the recipe, read off the launcher's log lines
 for line in open(os.path.join(out, "gpu_check.log"), errors="replace"):
-    m = re.search(r"step:\s*(\d+)\s+loss:\s*([\d.]+).*?tps:\s*([\d,]+)", line)
+    graph_breaks += "Graph break in user code" in line  # one per break (TORCH_LOGS=graph_breaks)
+    m = re.search(r"(?<!validate )step:\s*(\d+)\s+loss:\s*([\d.]+)(?:.*?memory:\s*([\d.]+)GiB)?.*?tps:\s*([\d,]+)"
+                  r"(?:.*?mfu:\s*([\d.]+)%)?", line)
     if m:
-        rows.append({"step": int(m[1]), "loss": float(m[2]), "tps": int(m[3].replace(",", ""))})
-summary["first_steps_small"] = rows
+        rows.append({"step": int(m[1]), "loss": float(m[2]), "memory_gib": m[3] and float(m[3]),
+                     "tps": int(m[4].replace(",", "")), "mfu_percent": m[5] and float(m[5])})
+summary["first_steps_small" if mode == "gpu" else "first_steps_debug"] = rows
+summary["graph_break_log_lines"] = graph_breaks  # TORCH_LOGS=graph_breaks during the training part
 summary["benches"] = {}
 for path in sorted(glob.glob(os.path.join(out, "bench_*.json"))):
     try:

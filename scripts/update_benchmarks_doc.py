@@ -1,11 +1,12 @@
-"""Add `aogpt bench sampler --json` results to the sampler tables of docs/benchmarks.md.
+"""Add `aogpt bench sampler --json` and `aogpt bench train --json` results to the tables of docs/benchmarks.md.
 
     aogpt bench sampler --flavor small --n 256 --repeats 3 --json > run.json
     python scripts/update_benchmarks_doc.py run.json [more.json ...] [--docs docs/benchmarks.md]
 
 A run with a speculative variant (`--model OUT_DIR --speculative K|auto`) goes to the speculative
-table, a run with static steps (`--graphs on|compile|static`) to the graphed table, any other to the
-sampler table. Each table sits between two HTML-comment markers. Only the text between them is ours: a result
+table, a run with static steps (`--graphs on|compile|static`) to the graphed table, any other sampler
+run to the sampler table; `aogpt bench train` runs go to the training step-time table, `aogpt bench
+train --profile` runs to the step-profile table. Each table sits between two HTML-comment markers. Only the text between them is ours: a result
 replaces the row with the same command and device, or is appended; everything outside the markers
 is kept byte for byte. (The package never writes repository files; this script does.)
 """
@@ -17,6 +18,8 @@ import datetime
 import json
 import os
 import sys
+
+from aogpt_plugin.bench.step_profile import CATEGORIES as PROFILE_CATEGORIES
 
 START, END = "<!-- sampler-bench:start -->", "<!-- sampler-bench:end -->"
 DEFAULT_DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "benchmarks.md")
@@ -184,8 +187,87 @@ def format_graph_row(result: dict) -> str:
     return "| " + " | ".join(c.replace("|", "/") for c in cells) + " |"
 
 
+TRAIN_START, TRAIN_END = "<!-- train-rows:start -->", "<!-- train-rows:end -->"
+TRAIN_INTRO = """### Training step time rows (`aogpt bench train --json`)
+
+AO vs AR of the same backbone, interleaved rounds; step times are medians, the ratio is the median of
+the per-round ratios [min, max]; MFU counts the model FLOPs against the device's dense bf16 peak
+(GPUs only); peak memory is torch.cuda.max_memory_allocated during the timed steps.
+"""
+TRAIN_COLUMNS = (
+    "date",
+    "command",
+    "device",
+    "dtype, compile",
+    "AR ms/step",
+    "AO ms/step",
+    "AR / AO tokens/s",
+    "MFU AR / AO",
+    "peak GiB AR / AO",
+    "AO / AR",
+)
+
+
+def _pair(values: dict | None, fmt: str) -> str:
+    if not values:
+        return "-"
+    return " / ".join(fmt.format(values[v]) if values.get(v) is not None else "-" for v in ("ar", "ao"))
+
+
+def format_train_row(result: dict) -> str:
+    ms = result["median_step_ms"]
+    ratio = "-"
+    if "ao_vs_ar_step_time_ratio" in result:
+        lo, hi = result["ratio_range"]
+        ratio = f"{result['ao_vs_ar_step_time_ratio']:.3f} [{lo:.3f}, {hi:.3f}]"
+    cells = [
+        datetime.date.today().isoformat(),
+        f"`{result['command']}`",
+        result["device"],
+        f"{result['dtype']}, {result['compile'] or 'eager'}",
+        f"{ms['ar']:.2f}" if "ar" in ms else "-",
+        f"{ms['ao']:.2f}" if "ao" in ms else "-",
+        _pair(result["tokens_per_s"], "{:,.0f}"),
+        _pair({v: 100 * m for v, m in (result["mfu"] or {}).items()}, "{:.1f}%"),
+        _pair(result.get("peak_memory_gib"), "{:.2f}"),
+        ratio,
+    ]
+    return "| " + " | ".join(c.replace("|", "/") for c in cells) + " |"
+
+
+PROFILE_START, PROFILE_END = "<!-- train-profile:start -->", "<!-- train-profile:end -->"
+PROFILE_INTRO = """### Training step profile rows (`aogpt bench train --profile --json`)
+
+Each cell: the category's share of the step's wall time, per variant (as in the variants column).
+On a GPU the work is the device's kernels and idle is wall time no kernel covers; on a CPU the work is
+each operator's self time and idle is host time outside operators (aogpt_plugin/bench/step_profile.py).
+"""
+PROFILE_COLUMNS = ("date", "command", "device", "variants", "wall ms/step", *PROFILE_CATEGORIES)
+
+
+def format_profile_row(result: dict) -> str:
+    profiles = result["profile"]
+    variants = list(profiles)
+    cells = [
+        datetime.date.today().isoformat(),
+        f"`{result['command']}`",
+        result["device"],
+        " / ".join(variants),
+        " / ".join(f"{profiles[v]['wall_ms_per_step']:.2f}" for v in variants),
+        *(
+            " / ".join(f"{100 * profiles[v]['categories'][c]['fraction']:.1f}%" for v in variants)
+            for c in PROFILE_CATEGORIES
+        ),
+    ]
+    return "| " + " | ".join(c.replace("|", "/") for c in cells) + " |"
+
+
 def section_of(result: dict) -> tuple[str, str, str, tuple, object]:
     """(start marker, end marker, intro, columns, row formatter) of the table this result belongs to."""
+    if "profile" in result:
+        return PROFILE_START, PROFILE_END, PROFILE_INTRO, PROFILE_COLUMNS, format_profile_row
+    if "median_step_ms" in result:
+        return TRAIN_START, TRAIN_END, TRAIN_INTRO, TRAIN_COLUMNS, format_train_row
     if "spec_seconds" in result:
         return SPEC_START, SPEC_END, SPEC_INTRO, SPEC_COLUMNS, format_spec_row
     if result.get("graphs", "off") != "off":
@@ -233,8 +315,8 @@ def write_rows(path: str, result: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="add `aogpt bench sampler --json` results to docs/benchmarks.md")
-    p.add_argument("results", nargs="+", help="JSON files written by `aogpt bench sampler --json` (- for stdin)")
+    p = argparse.ArgumentParser(description="add `aogpt bench sampler/train --json` results to docs/benchmarks.md")
+    p.add_argument("results", nargs="+", help="JSON files written by `aogpt bench sampler/train --json` (- for stdin)")
     p.add_argument("--docs", default=DEFAULT_DOCS, help="the markdown file (default docs/benchmarks.md)")
     args = p.parse_args(argv)
     for name in args.results:
@@ -244,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
             section_of(result)[-1](result)
         except (OSError, ValueError, KeyError, IndexError) as e:
             print(
-                f"error: {name!r} is not an `aogpt bench sampler --json` result ({type(e).__name__}: {e})",
+                f"error: {name!r} is not an `aogpt bench sampler/train --json` result ({type(e).__name__}: {e})",
                 file=sys.stderr,
             )
             return 2

@@ -3,7 +3,10 @@
 Both variants share the backbone; AO adds the target-position table, the per-block adaLN
 projections (SiLU -> Linear(128, 6d)) and a gather of the permuted tokens, AR is `conditioning=none`
 read left to right. A step is forward + summed cross-entropy + backward + AdamW step, on random
-tokens (data loading is excluded on purpose: it is identical for both). Variants are timed in
+tokens (data loading is excluded on purpose: it is identical for both), as the recipes run it: the
+training loss (chunked over rows) inside autocast, compiled with the model under `--compile`
+(`blocks`: each TransformerBlock, torchtitan's way; `model`: the whole model), fused AdamW on CUDA.
+`--profile` profiles the steps instead and prints them by kernel category (step_profile.py). Variants are timed in
 interleaved rounds so that drift (thermal, other processes) hits both alike: each round times every
 variant for --steps steps in turn, and prints its medians as it goes (stderr). Step times are
 medians over all timed steps; the AO / AR headline is the median of the per-round ratios (each
@@ -21,6 +24,7 @@ import json
 import statistics
 import sys
 import time
+from functools import partial
 
 from ..devices import device_name, resolve_device, synchronize
 from ..errors import UserError
@@ -30,6 +34,7 @@ from . import median_and_range
 # dense bf16 peak FLOP/s (no sparsity) by device-name fragment, for MFU; other devices report none
 BF16_PEAK_FLOPS = {"H100": 989.4e12, "H200": 989.4e12, "A100": 312e12}
 VARIANTS = {"ar": ("none", "l2r"), "ao": ("adaln", "uniform"), "sigma": ("concat", "uniform")}
+COMPILE_SCOPES = ("blocks", "model")  # torch.compile per TransformerBlock (torchtitan's way) or the whole model
 
 
 def add_to(subparsers) -> None:
@@ -43,7 +48,28 @@ def add_to(subparsers) -> None:
     p.add_argument("--variants", default="ar,ao", help=f"comma list of {', '.join(VARIANTS)} (default ar,ao)")
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:N")
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default=None, help="autocast dtype (cuda: bf16)")
-    p.add_argument("--compile", action="store_true", help="torch.compile each block, as the recipes do")
+    p.add_argument(
+        "--compile",
+        nargs="?",
+        const="blocks",
+        default=None,
+        choices=COMPILE_SCOPES,
+        help="torch.compile each block, as the recipes do (`--compile` = blocks), or the whole model (model)",
+    )
+    p.add_argument(
+        "--loss-chunk-rows",
+        type=int,
+        default=None,
+        help="rows of logits the loss upcasts at a time (default: the training loss's, "
+        "likelihood.LOSS_CHUNK_ROWS; 0: the whole batch at once)",
+    )
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="instead of timing rounds, profile --steps steps per variant after the warm-up and summarise them "
+        "by kernel category (matmul, attention, loss, elementwise/norm, optimizer, communication, idle)",
+    )
+    p.add_argument("--profile-trace", default=None, metavar="DIR", help="with --profile: Chrome traces to DIR")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=run)
 
@@ -59,6 +85,10 @@ def check_args(args) -> list[str]:
             raise UserError(f"--{name} {getattr(args, name)} must be >= 1")
     if args.warmup < 0:
         raise UserError(f"--warmup {args.warmup} must be >= 0")
+    if args.loss_chunk_rows is not None and args.loss_chunk_rows < 0:
+        raise UserError(f"--loss-chunk-rows {args.loss_chunk_rows} must be >= 0 (0: the whole batch at once)")
+    if args.profile_trace and not args.profile:
+        raise UserError("--profile-trace needs --profile")
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     bad = [v for v in variants if v not in VARIANTS]
     if bad or not variants:
@@ -69,9 +99,21 @@ def check_args(args) -> list[str]:
 class Variant:
     """One model + optimizer + fixed batch; `step()` runs one full training step."""
 
-    def __init__(self, flavor: str, conditioning: str, order: str, seq_len: int, batch: int, device, dtype, compile):
+    def __init__(
+        self,
+        flavor: str,
+        conditioning: str,
+        order: str,
+        seq_len: int,
+        batch: int,
+        device,
+        dtype,
+        compile: str | None,
+        loss_chunk_rows: int | None = None,
+    ):
         import torch
 
+        from ..likelihood import LOSS_CHUNK_ROWS, ao_cross_entropy
         from ..model import AOGPT
 
         args = dataclasses.replace(FLAVORS[flavor], conditioning=conditioning)
@@ -80,10 +122,22 @@ class Variant:
             self.model = AOGPT(args)
         self.model.to_empty(device=device)
         self.model.init_weights()
-        if compile:
+        self.forward = self.model
+        if compile == "blocks":
             for name, block in self.model.layers.named_children():
                 self.model.layers.register_module(name, torch.compile(block))
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.05)
+        elif compile == "model":
+            self.forward = torch.compile(self.model)
+        if loss_chunk_rows is None:
+            loss_chunk_rows = LOSS_CHUNK_ROWS
+        self.loss_chunk_rows = loss_chunk_rows or batch * seq_len  # 0: the whole batch in one chunk
+        self.loss = partial(ao_cross_entropy, vocab_size=args.vocab_size, chunk_rows=self.loss_chunk_rows)
+        if compile:  # the recipes compile the loss too (`[compile] components = ["model", "loss"]`)
+            self.loss = torch.compile(self.loss)
+        # the recipes' AdamW (`implementation = "fused"` on GPUs)
+        self.opt = torch.optim.AdamW(
+            self.model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.05, fused=device.type == "cuda"
+        )
         g = torch.Generator().manual_seed(1)
         self.tokens = torch.randint(0, args.vocab_size, (batch, seq_len), generator=g).to(device)
         if order == "l2r":
@@ -92,23 +146,69 @@ class Variant:
         else:
             self.order = torch.stack([torch.randperm(seq_len, generator=g) for _ in range(batch)]).to(device)
             self.labels = None  # gathered inside the step, as the dataloader does per batch
-        self.device, self.dtype, self.vocab_size = device, dtype, args.vocab_size
+        self.device, self.dtype = device, dtype
         self.tokens_per_step = batch * seq_len
         self.flops_per_token = args.get_nparams_and_flops(self.model, seq_len)[1]
 
     def step(self) -> None:
         import torch
-
-        from ..likelihood import ao_cross_entropy
+        from torch.profiler import record_function
 
         labels = self.labels if self.order is None else torch.gather(self.tokens, 1, self.order)
         with torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32):
-            logits = self.model(self.tokens, self.order)
-        loss = ao_cross_entropy(logits, labels, self.vocab_size)  # the training loss: real vocabulary only
+            logits = self.forward(self.tokens, self.order)
+            with record_function("aogpt.loss"):  # the training loss: real vocabulary only, chunked over rows
+                loss = self.loss(logits, labels)
+        del logits  # as torchtitan does before backward
         (loss / self.tokens_per_step).backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-        self.opt.step()
-        self.opt.zero_grad(set_to_none=True)
+        with record_function("aogpt.optimizer"):
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+            self.opt.step()
+            self.opt.zero_grad(set_to_none=True)
+
+
+def peak_memory_gib(device) -> float | None:
+    """The device's peak allocated memory since the last reset, GiB (None on a CPU)."""
+    import torch
+
+    return round(torch.cuda.max_memory_allocated(device) / 2**30, 3) if device.type == "cuda" else None
+
+
+def reset_peak_memory(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def command_line(args) -> str:
+    """The command a result came from, for its docs row."""
+    parts = ["aogpt bench train", f"--flavor {args.flavor}"]
+    parts += [f"--seq-len {args.seq_len}"] if args.seq_len else []
+    parts += [f"--batch {args.batch}", f"--steps {args.steps}"]
+    parts += [] if args.profile else [f"--rounds {args.rounds}"]
+    parts += [f"--warmup {args.warmup}", f"--variants {args.variants}"]
+    parts += [f"--dtype {args.dtype}"] if args.dtype else []
+    parts += [f"--compile {args.compile}"] if args.compile else []
+    parts += [] if args.loss_chunk_rows is None else [f"--loss-chunk-rows {args.loss_chunk_rows}"]
+    parts += ["--profile"] if args.profile else []
+    return " ".join(parts)
+
+
+def run_profile(args, built: dict, device, say) -> dict:
+    import os
+
+    from .step_profile import profile_steps
+
+    profiles = {}
+    for v, variant in built.items():
+        say(f"  profiling {v}: {args.steps} steps")
+        trace = None
+        if args.profile_trace:
+            os.makedirs(args.profile_trace, exist_ok=True)
+            trace = os.path.join(args.profile_trace, f"train_{args.flavor}_{v}.json")
+        profiles[v] = profile_steps(variant.step, device, args.steps, trace)
+    return profiles
 
 
 def run(args) -> int:
@@ -121,23 +221,42 @@ def run(args) -> int:
     seq_len = args.seq_len or FLAVORS[args.flavor].max_seq_len
     say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     say(f"bench train: {args.flavor} seq {seq_len} batch {args.batch} on {device_name(device)}; building {variants}")
-    built = {v: Variant(args.flavor, *VARIANTS[v], seq_len, args.batch, device, dtype, args.compile) for v in variants}
+    built = {
+        v: Variant(args.flavor, *VARIANTS[v], seq_len, args.batch, device, dtype, args.compile, args.loss_chunk_rows)
+        for v in variants
+    }
     say(f"  warm-up: {args.warmup} steps per variant" + (" (compiling)" if args.compile else ""))
     for v in variants:
         for _ in range(args.warmup):
             built[v].step()
+    described = {
+        "command": command_line(args),
+        "flavor": args.flavor,
+        "seq_len": seq_len,
+        "batch": args.batch,
+        "device": device_name(device),
+        "dtype": dtype_name,
+        "compile": args.compile,
+        "loss_chunk_rows": built[variants[0]].loss_chunk_rows,
+    }
+    if args.profile:
+        return report_profile({**described, "profile": run_profile(args, built, device, say)}, args.json)
+    peaks: dict[str, float | None] = dict.fromkeys(variants)
     times: dict[str, list[float]] = {v: [] for v in variants}
     rounds: list[dict[str, float]] = []
     for i in range(args.rounds):
         this_round = {}
         for v in variants:
             synchronize(device)
+            reset_peak_memory(device)
             steps = []
             for _ in range(args.steps):
                 t0 = time.perf_counter()
                 built[v].step()
                 synchronize(device)
                 steps.append(time.perf_counter() - t0)
+            peak = peak_memory_gib(device)
+            peaks[v] = peak if peaks[v] is None else max(peaks[v], peak)
             times[v] += steps
             this_round[v] = 1000 * statistics.median(steps)
         rounds.append(this_round)
@@ -148,18 +267,14 @@ def run(args) -> int:
     name = device_name(device)
     peak = next((f for key, f in BF16_PEAK_FLOPS.items() if key in name), None) if dtype_name == "bfloat16" else None
     result = {
-        "flavor": args.flavor,
-        "seq_len": seq_len,
-        "batch": args.batch,
-        "device": device_name(device),
-        "dtype": dtype_name,
-        "compile": args.compile,
+        **described,
         "timed_steps_per_variant": args.steps * args.rounds,
         "median_step_ms": {v: round(m, 3) for v, m in ms.items()},
         "tokens_per_s": {v: round(tps[v], 1) for v in variants},
         "tflops": {v: round(achieved[v] / 1e12, 3) for v in variants},  # model FLOPs (ModelArgs) per second
         "peak_tflops": None if peak is None else round(peak / 1e12, 1),
         "mfu": None if peak is None else {v: round(achieved[v] / peak, 4) for v in variants},
+        "peak_memory_gib": peaks if device.type == "cuda" else None,  # torch.cuda.max_memory_allocated
         "rounds": [{v: round(m, 3) for v, m in r.items()} for r in rounds],
     }
     if "ao" in ms and "ar" in ms:
@@ -176,10 +291,11 @@ def run(args) -> int:
     )
     for v in variants:
         mfu = f"  MFU {100 * result['mfu'][v]:.1f}% of {result['peak_tflops']} TFLOP/s" if result["mfu"] else ""
+        memory = f"  peak {peaks[v]:.2f} GiB" if result["peak_memory_gib"] else ""
         print(
             f"  {v:5s} {ms[v]:9.2f} ms/step (median of {result['timed_steps_per_variant']} steps)  "
             f"{result['tokens_per_s'][v]:10.0f} tokens/s  "
-            f"{result['tflops'][v]:.3f} TFLOP/s{mfu}"
+            f"{result['tflops'][v]:.3f} TFLOP/s{mfu}{memory}"
         )
     if "ao_vs_ar_step_time_ratio" in result:
         lo, hi = result["ratio_range"]
@@ -192,4 +308,19 @@ def run(args) -> int:
             f"medians above: {result['ratio_of_median_step_ms']:.3f} (the two differ when rounds disagree, i.e. "
             "the machine's speed changed during the run)"
         )
+    return 0
+
+
+def report_profile(result: dict, as_json: bool) -> int:
+    from .step_profile import format_profiles
+
+    if as_json:
+        print(json.dumps(result))
+        return 0
+    print(
+        f"profile: {result['flavor']} seq {result['seq_len']} batch {result['batch']} on {result['device']} "
+        f"({result['dtype']}, compile={result['compile']}, loss chunks of {result['loss_chunk_rows']} rows)"
+    )
+    for line in format_profiles(result["profile"]):
+        print("  " + line)
     return 0

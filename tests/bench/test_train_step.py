@@ -32,6 +32,10 @@ def test_reports_rounds_and_the_median_of_per_round_ratios_with_their_range(caps
     ms = out["median_step_ms"]
     assert out["ratio_of_median_step_ms"] == pytest.approx(ms["ao"] / ms["ar"], rel=1e-3)
     assert out["seq_len"] == 16 and out["device"].startswith("cpu (")
+    assert out["command"].startswith(
+        "aogpt bench train --flavor debugmodel --seq-len 16 --batch 2 --steps 2 --rounds 3"
+    )
+    assert out["peak_memory_gib"] is None and out["loss_chunk_rows"] == 1024  # no device memory on a CPU
     assert "round 3/3" in captured.err  # progress while it runs
     assert out["mfu"] is None and out["peak_tflops"] is None  # no MFU on a CPU
     assert out["tflops"]["ao"] > 0
@@ -54,6 +58,27 @@ def test_the_printed_headline_says_what_it_is_next_to_the_figures_it_summarises(
     assert float(rounds.group(2)) == pytest.approx(step_ms["ao"] / step_ms["ar"], abs=2e-3)
 
 
+def test_profile_summarises_each_variant_by_category_and_writes_traces(capsys, tmp_path):
+    argv = ["--flavor", "debugmodel", "--seq-len", "16", "--batch", "2", "--steps", "2", "--warmup", "1"]
+    args = parse([*argv, "--profile", "--profile-trace", str(tmp_path), "--loss-chunk-rows", "8", "--json"])
+    assert train_bench.run(args) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["command"].endswith("--loss-chunk-rows 8 --profile") and out["loss_chunk_rows"] == 8
+    assert set(out["profile"]) == {"ar", "ao"}
+    for summary in out["profile"].values():
+        assert summary["steps"] == 2 and summary["categories"]["loss"]["ms_per_step"] > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train_debugmodel_ao.json", "train_debugmodel_ar.json"]
+    assert train_bench.run(parse([*argv, "--variants", "ao", "--profile"])) == 0
+    printed = capsys.readouterr().out
+    assert "category" in printed and "idle" in printed and "step (wall)" in printed
+
+
+def test_compile_takes_blocks_by_default_or_the_whole_model():
+    assert parse([]).compile is None
+    assert parse(["--compile"]).compile == "blocks" and parse(["--compile", "--json"]).json
+    assert parse(["--compile", "model"]).compile == "model"
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
@@ -61,6 +86,8 @@ def test_the_printed_headline_says_what_it_is_next_to_the_figures_it_summarises(
         (["--seq-len", "9999"], "--seq-len 9999 is outside 2..256"),
         (["--variants", "ar,xl"], "--variants 'ar,xl' is not a comma list"),
         (["--batch", "0"], "--batch 0 must be >= 1"),
+        (["--loss-chunk-rows", "-1"], "--loss-chunk-rows -1 must be >= 0"),
+        (["--profile-trace", "/tmp/x"], "--profile-trace needs --profile"),
     ],
 )
 def test_bad_arguments_are_one_line_errors(argv, message):

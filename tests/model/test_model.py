@@ -3,6 +3,7 @@ sum of one-slot-at-a-time conditionals; permuting the input and the order togeth
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 from conftest import tiny_model
@@ -105,3 +106,73 @@ def test_padded_vocab_and_shapes():
     model = tiny_model(vocab_size=61)
     assert model.output.out_features == 64 and model.tok_embeddings.num_embeddings == 64
     assert model.pos_embeddings.num_embeddings == model.model_args.max_seq_len + 1
+
+
+def _training_step_inputs(model, seed: int = 3):
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, model.model_args.vocab_size, (2, 12), generator=g)
+    order = torch.stack([torch.randperm(12, generator=g) for _ in range(2)])
+    return tokens, order
+
+
+def test_the_training_forward_attends_causally_with_no_mask_tensor(monkeypatch):
+    """Slots attend causally in slot order, so SDPA gets is_causal=True and no mask: the condition for
+    the flash kernels (CUDA, and aten's flash kernel for CPU, which the profiler sees running here)."""
+    calls = []
+    sdpa = F.scaled_dot_product_attention
+
+    def spy(q, k, v, attn_mask=None, **kwargs):
+        calls.append((attn_mask, kwargs))
+        return sdpa(q, k, v, attn_mask=attn_mask, **kwargs)
+
+    model = tiny_model("adaln")
+    tokens, order = _training_step_inputs(model)
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    for o in (order, None):
+        calls.clear()
+        model(tokens, o).sum().backward()
+        assert len(calls) == model.model_args.n_layers
+        assert all(mask is None and kwargs == {"is_causal": True} for mask, kwargs in calls), calls
+    monkeypatch.undo()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        model(tokens, order).sum().backward()
+    ran = {e.name for e in prof.events()}
+    assert {
+        "aten::_scaled_dot_product_flash_attention_for_cpu",
+        "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+    } <= ran
+    assert not any("math" in name or "efficient" in name for name in ran if "scaled_dot_product" in name)
+
+
+def _forward_and_loss(model):
+    from aogpt_plugin.likelihood import ao_cross_entropy, order_labels
+
+    vocab = model.model_args.vocab_size
+    return lambda tokens, order: ao_cross_entropy(
+        model(tokens, order), order_labels(tokens, order), vocab, chunk_rows=8
+    )
+
+
+@pytest.mark.parametrize("conditioning", ["adaln", "concat", "none"])
+def test_forward_and_training_loss_trace_in_one_graph_without_breaks(conditioning):
+    """What `TORCH_LOGS=graph_breaks` would list for a compiled training forward + loss (adaLN, the
+    order gathers, the chunked cross-entropy): nothing, for every conditioning and both order paths."""
+    model = tiny_model(conditioning)
+    tokens, order = _training_step_inputs(model)
+    forward_and_loss = _forward_and_loss(model)
+    for o in (order, None):
+        torch._dynamo.reset()
+        explained = torch._dynamo.explain(forward_and_loss)(tokens, o)
+        assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+
+
+def test_the_graph_break_check_sees_a_break():
+    """The case the test above must be able to fail: `.item()` in the traced step splits the graph."""
+    model = tiny_model("adaln")
+    tokens, order = _training_step_inputs(model)
+    forward_and_loss = _forward_and_loss(model)
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(lambda t, o: forward_and_loss(t, o) * forward_and_loss(t, o).item())(
+        tokens, order
+    )
+    assert explained.graph_break_count >= 1

@@ -4,6 +4,7 @@ JSON, and the summary says so -- the proof that the one GPU command works before
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 import pytest
@@ -19,14 +20,32 @@ def test_cpu_mode_runs_every_step_and_writes_a_summary(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["mode"] == "cpu" and summary["ok"] is True
-    assert {s["step"] for s in summary["steps"]} >= {
-        "pytest_gpu",
-        "bench_train_cpu",
-        "bench_sampler_cpu",
-        "bench_graphs_cpu",
-    }
+    training = {"bench_train_debugmodel", "bench_train_profile_debugmodel", "first_steps_aogpt_debug"}
+    assert {s["step"] for s in summary["steps"]} >= {"pytest_gpu", "bench_sampler_cpu", "bench_graphs_cpu", *training}
     assert summary["pytest_gpu"]["skipped"] == summary["pytest_gpu"]["tests"] > 0  # every CUDA test skips here
     assert summary["benches"]["bench_train_debugmodel"]["mfu"] is None
+    profile = summary["benches"]["bench_train_profile_debugmodel"]["profile"]
+    assert set(profile) == {"ar", "ao"} and profile["ao"]["categories"]["loss"]["ms_per_step"] > 0
+    assert [(row["step"], row["loss"] > 10) for row in summary["first_steps_debug"]] == [(1, True), (2, True)]
+    assert summary["graph_break_log_lines"] == 0
     assert summary["benches"]["bench_sampler_b1"]["n"] == 16
     assert summary["benches"]["bench_graphs_static_cpu"]["graphs"] == "static"
-    assert (tmp_path / "gpu_check.log").read_text().count("exit 0") == len(summary["steps"])
+    log = (tmp_path / "gpu_check.log").read_text()
+    assert log.count("exit 0") == len(summary["steps"])
+    assert "timeout --kill-after=5 300 sh -c" in log  # each training step under its own timeout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with CUDA the script runs the full GPU benches")
+def test_gpu_check_parts_select_the_training_steps(tmp_path):
+    """`GPU_CHECK_PARTS=train_profile` runs the profile alone of the training part (and the CPU mode's
+    sampler bench, which is not selectable there); a part that was not asked for leaves no step."""
+    env = {**os.environ, "GPU_CHECK_PARTS": "train_profile"}
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "gpu_check.sh"), str(tmp_path)],
+        capture_output=True, text=True, timeout=900, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert [s["step"] for s in summary["steps"]] == ["bench_train_profile_debugmodel", "bench_sampler_cpu"]
+    assert "pytest_gpu" not in summary and summary["first_steps_debug"] == []

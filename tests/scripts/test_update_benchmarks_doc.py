@@ -104,3 +104,55 @@ def test_a_graphed_run_goes_to_its_own_table_with_per_forward_times():
     both = update_text(sampler, graphed)
     assert both.startswith(sampler) and GRAPH_START in both and GRAPH_END in both
     assert "| bfloat16, compile | 0.293 / 8.789 / 0.281 | 0.300 | 9.000 | 0.950 | 30.00x | 1.040 | - |" in both
+
+
+TRAIN = {
+    "command": "aogpt bench train --flavor small --seq-len 1024 --batch 8 --steps 10 --rounds 3 --warmup 3 "
+    "--variants ar,ao --dtype bfloat16 --compile blocks",
+    "device": "NVIDIA H100 80GB HBM3",
+    "dtype": "bfloat16",
+    "compile": "blocks",
+    "median_step_ms": {"ar": 48.1, "ao": 51.0},
+    "tokens_per_s": {"ar": 170312.0, "ao": 160498.0},
+    "mfu": {"ar": 0.155, "ao": 0.146},
+    "peak_memory_gib": {"ar": 9.5, "ao": 10.25},
+    "ao_vs_ar_step_time_ratio": 1.079,
+    "ratio_range": [1.026, 1.091],
+}
+
+
+def test_a_training_bench_run_gets_its_row_in_the_training_table():
+    from update_benchmarks_doc import TRAIN_END, TRAIN_START
+
+    text = update_text("# Benchmarks\n", TRAIN)
+    assert TRAIN_START in text and TRAIN_END in text and START not in text
+    row = next(line for line in text.splitlines() if line.startswith("| 2"))
+    assert row.endswith(
+        "| NVIDIA H100 80GB HBM3 | bfloat16, blocks | 48.10 | 51.00 | 170,312 / 160,498 | 15.5% / 14.6% "
+        "| 9.50 / 10.25 | 1.079 [1.026, 1.091] |"
+    )
+    cpu = update_text(text, {**TRAIN, "device": "cpu (x, 2 threads)", "mfu": None, "peak_memory_gib": None})
+    assert "| - | - | 1.079" in cpu and cpu.count("--flavor small") == 2
+
+
+def test_a_profile_run_gets_one_row_with_every_category_per_variant():
+    from update_benchmarks_doc import PROFILE_CATEGORIES, PROFILE_START
+
+    def summary(wall, fractions):
+        cats = {
+            c: {"ms_per_step": wall * f, "fraction": f, "top": []}
+            for c, f in zip(PROFILE_CATEGORIES, fractions, strict=True)
+        }
+        return {"wall_ms_per_step": wall, "categories": cats}
+
+    result = {
+        "command": "aogpt bench train --flavor small --profile",
+        "device": "NVIDIA H100 80GB HBM3",
+        "profile": {
+            "ar": summary(50.0, [0.5, 0.1, 0.1, 0.15, 0.05, 0.0, 0.1]),
+            "ao": summary(52.0, [0.45, 0.1, 0.1, 0.2, 0.05, 0.0, 0.1]),
+        },
+    }
+    text = update_text("", result)
+    assert PROFILE_START in text
+    assert "| ar / ao | 50.00 / 52.00 | 50.0% / 45.0% | 10.0% / 10.0% | 10.0% / 10.0% | 15.0% / 20.0% |" in text

@@ -4,11 +4,12 @@ with NaN/inf weights is refused by name when it is loaded."""
 
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import tiny_model
+from conftest import launch_train, tiny_model
 
 from aogpt_plugin.errors import UserError
 from aogpt_plugin.likelihood import IGNORE_INDEX, ao_cross_entropy
@@ -100,6 +101,24 @@ def test_build_ao_loss_takes_the_real_vocabulary_from_the_tokenizer(compile_back
     for variant in [pred, *_padded_variants(pred).values()]:
         assert loss_fn(variant, labels).item() == pytest.approx(expected, rel=1e-6)
     assert guard.total.item() == pytest.approx(5 * expected, rel=1e-6)  # every microbatch recorded
+
+
+# `aogpt_debug.toml --training.steps 8 --debug.seed 7`, float32, as printed before the loss was chunked
+# over rows (commit 4969b81, torchtitan 0.2.2 and 0.3 alike); the chunked loss must stay within 1e-4.
+DEBUG_RECIPE_LOSSES = [10.83492, 10.83815, 10.82371, 10.82710, 10.80708, 10.78901, 10.75271, 10.68272]
+
+
+def test_the_debug_recipe_keeps_its_losses(tmp_path):
+    """The loss both torchtitan versions train with (build_ao_loss / titan03's AOLoss call
+    ao_cross_entropy): the debug recipe's first 8 steps print the losses recorded before it was chunked."""
+    args = ["--job.config_file", "train_configs/aogpt_debug.toml", "--job.dump_folder", str(tmp_path / "run")]
+    args += ["--training.steps", "8", "--debug.seed", "7", "--metrics.log_freq", "1"]
+    args += ["--metrics.disable_color_printing", "--validation.no-enable", "--checkpoint.no-enable"]
+    proc = launch_train(args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    printed = dict(re.findall(r"(?<!validate )step:\s+(\d+)\s+loss:\s+([0-9.]+)", proc.stdout + proc.stderr))
+    losses = [float(printed[str(step)]) for step in range(1, 9)]
+    assert losses == pytest.approx(DEBUG_RECIPE_LOSSES, abs=1e-4)
 
 
 def _backward(model):

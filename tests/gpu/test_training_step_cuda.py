@@ -1,0 +1,82 @@
+"""The training step's speed paths on CUDA (`pytest -m gpu`; scripts/gpu_check.sh runs them on the lent
+machine): the chunked training loss equals F.cross_entropy on bf16 logits, eager and compiled (Triton),
+with less peak memory than the whole batch's float32 logits; the step profile reads CUDA kernels."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from aogpt_plugin.likelihood import IGNORE_INDEX, ao_cross_entropy
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (run on the GPU machine)"),
+]
+VOCAB, PADDED, ROWS, CHUNK = 50257, 50304, 4096, 1024
+
+
+def _batch():
+    g = torch.Generator(device="cuda").manual_seed(0)
+    pred = (torch.randn(ROWS, PADDED, generator=g, device="cuda") * 3).bfloat16()
+    labels = torch.randint(0, VOCAB, (ROWS,), generator=g, device="cuda")
+    labels[:7] = IGNORE_INDEX
+    return pred, labels
+
+
+def _unchunked(pred, labels):
+    return F.cross_entropy(pred[:, :VOCAB].float(), labels, reduction="sum", ignore_index=IGNORE_INDEX)
+
+
+def _loss_grad_and_peak(fn, pred, labels):
+    pred = pred.detach().requires_grad_(True)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    loss = fn(pred, labels)
+    (grad,) = torch.autograd.grad(loss, pred)
+    torch.cuda.synchronize()
+    return loss.detach(), grad, torch.cuda.max_memory_allocated() - base
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_chunked_loss_on_cuda_equals_cross_entropy_with_less_memory(compiled):
+    pred, labels = _batch()
+    chunked = lambda p, y: ao_cross_entropy(p, y, VOCAB, CHUNK)  # noqa: E731
+    if compiled:
+        torch._dynamo.reset()
+        chunked = torch.compile(chunked)
+        _loss_grad_and_peak(chunked, pred, labels)  # compile first, measure the second call
+    ref_loss, ref_grad, ref_peak = _loss_grad_and_peak(_unchunked, pred, labels)
+    loss, grad, peak = _loss_grad_and_peak(chunked, pred, labels)
+    assert loss.item() == pytest.approx(ref_loss.item(), rel=1e-5)
+    # bf16 gradients: the same number or one bf16 step apart (relative 2^-7 at most)
+    diff = (grad.float() - ref_grad.float()).abs()
+    assert (diff <= ref_grad.float().abs() * 2**-7 + 1e-30).float().mean().item() == 1.0
+    assert torch.count_nonzero(grad[:, VOCAB:]) == 0
+    whole_fp32 = ROWS * VOCAB * 4
+    print(f"peak extra memory: chunked {peak / 2**20:.0f} MiB, unchunked {ref_peak / 2**20:.0f} MiB")
+    assert ref_peak >= whole_fp32  # the unchunked loss holds the batch's float32 logits
+    assert peak < ROWS * PADDED * 2 + 3 * CHUNK * VOCAB * 4  # the bf16 gradient + a few float32 chunks
+
+
+@pytest.mark.parametrize("compile_scope", [None, "blocks"])
+def test_step_profile_reads_cuda_kernels(compile_scope):
+    from aogpt_plugin.bench.step_profile import profile_steps
+    from aogpt_plugin.bench.train_step import Variant
+
+    device = torch.device("cuda")
+    variant = Variant("tiny", "adaln", "uniform", 256, 8, device, torch.bfloat16, compile_scope)
+    for _ in range(3):
+        variant.step()
+    summary = profile_steps(variant.step, device, steps=3)
+    cats = summary["categories"]
+    print({c: (v["ms_per_step"], v["top"][:1]) for c, v in cats.items()})
+    assert summary["timeline"] == "device kernels" and summary["steps"] == 3
+    for c in ("matmul", "attention", "loss", "elementwise/norm", "optimizer"):
+        assert cats[c]["ms_per_step"] > 0, c
+    assert cats["communication"]["ms_per_step"] == 0
+    assert summary["busy_ms_per_step"] <= summary["wall_ms_per_step"] + 1e-6
+    total = sum(c["ms_per_step"] for c in cats.values()) - summary["overlap_ms_per_step"]
+    assert total == pytest.approx(summary["wall_ms_per_step"], rel=1e-3)
