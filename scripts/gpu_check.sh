@@ -14,17 +14,19 @@
 # batch 1/8/32), each --json.
 # Without CUDA the same steps run in CPU mode at tiny sizes (debugmodel, the debug recipe): the gpu
 # tests skip. The JSON lines become docs rows with `python scripts/update_benchmarks_doc.py OUTDIR/bench_*.json`.
-# GPU_CHECK_PARTS="tests first_steps bench sampler" (the default: all) runs a subset, e.g. to fit one 10-minute
-# call; parts: tests, train_bench, train_profile, first_steps (the group `training` = these three: at most 9
-# minutes, `GPU_CHECK_PARTS=training`), `bench` (every bench but the graphed sampler's: train_bench,
-# train_profile and the sampler's) and `sampler`.
-# The sampler part (issue 33; at most 9 minutes on one H100, each step under its own timeout): the CUDA tests of
+# GPU_CHECK_PARTS="tests first_steps bench sampler sampler_compile" (the default: all) runs a subset, e.g. to
+# fit one 10-minute call; parts: tests, train_bench, train_profile, first_steps (the group `training` = these
+# three: at most 9 minutes, `GPU_CHECK_PARTS=training`), `bench` (every bench but the graphed sampler's:
+# train_bench, train_profile and the dynamic sampler's), `sampler` and `sampler_compile`.
+# The sampler part (issue 33; at most 7 minutes on one H100, each step under its own timeout): the CUDA tests of
 # the graphed static step (tests/gpu/test_graphed_sampler.py), then `aogpt bench sampler --graphs on` for small at
-# n=1024 with batch 1 and 32 and at n=256 with batch 32, and `--graphs compile --T n` at n=1024, batch 32:
-#   GPU_CHECK_PARTS=sampler bash scripts/gpu_check.sh "$OUT"; python scripts/update_benchmarks_doc.py OUT/bench_graphs_*.json
+# n=1024 with batch 1 and 32 and at n=256 with batch 32; sampler_compile (at most 3.5 minutes): `--graphs compile
+# --T n` at n=1024, batch 32:
+#   GPU_CHECK_PARTS="sampler sampler_compile" bash scripts/gpu_check.sh "$OUT"
+#   python scripts/update_benchmarks_doc.py OUT/bench_graphs_*.json
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PARTS=" ${GPU_CHECK_PARTS:-tests first_steps bench sampler} "
+PARTS=" ${GPU_CHECK_PARTS:-tests first_steps bench sampler sampler_compile} "
 want() {  # want PART [GROUP...]: the part, or a group that holds it, was asked for
     local p
     for p in "$@"; do [[ "$PARTS" == *" $p "* ]] && return 0; done
@@ -103,14 +105,14 @@ if [ "$MODE" = gpu ]; then
     want bench && for batch in 1 8 32; do
         step "bench_sampler_b$batch" sh -c "$AOGPT_Q bench sampler --flavor small --n 256 --batch $batch --repeats 3 --json > $OUT/bench_sampler_b$batch.json"
     done
-    if want sampler; then
-        step pytest_graphed timeout 150 "$PY" -m pytest -m gpu tests/gpu/test_graphed_sampler.py -q -p no:cacheprovider --junitxml "$OUT/pytest_graphed.xml"
-        for run in "1024 1 60 on all" "1024 32 120 on all" "256 32 50 on all" "1024 32 150 compile n"; do
-            read -r n batch limit graphs tvalues <<< "$run"
-            name="bench_graphs_${graphs}_n${n}_b${batch}"
-            step "$name" timeout "$limit" sh -c "$(printf '%q ' "${AOGPT[@]}") bench sampler --flavor small --n $n --batch $batch --repeats 2 --graphs $graphs --T $tvalues --json > $OUT/$name.json"
-        done
-    fi
+    # The sampler part (issue 33): 180+60+120+50 s of timeouts (+5 s grace each) = 7 minutes at most;
+    # sampler_compile (inductor's step, compiled for AO, AR and the encoder): 200 s more.
+    want sampler && timed pytest_graphed 180 "$PY" -m pytest -m gpu tests/gpu/test_graphed_sampler.py -q -p no:cacheprovider --junitxml "$OUT/pytest_graphed.xml"
+    for run in "sampler 1024 1 60 on all" "sampler 1024 32 120 on all" "sampler 256 32 50 on all" "sampler_compile 1024 32 200 compile n"; do
+        read -r part n batch seconds graphs tvalues <<< "$run"
+        name="bench_graphs_${graphs}_n${n}_b${batch}"
+        want "$part" && timed "$name" "$seconds" sh -c "$AOGPT_Q bench sampler --flavor small --n $n --batch $batch --repeats 2 --graphs $graphs --T $tvalues --json > $OUT/$name.json"
+    done
 else
     want sampler && step bench_graphs_cpu sh -c "$AOGPT_Q bench sampler --flavor debugmodel --n 16 --batch 2 --repeats 1 --graphs static --json > $OUT/bench_graphs_static_cpu.json"
     step bench_sampler_cpu sh -c "$AOGPT_Q bench sampler --flavor debugmodel --n 16 --batch 1 --repeats 2 --json > $OUT/bench_sampler_b1.json"
