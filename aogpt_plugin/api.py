@@ -50,6 +50,18 @@ def _keyword(option: str) -> str:
     return option
 
 
+def _integers(value, name: str, expected: str, held: str) -> torch.Tensor:
+    """`value` (a tensor or nested lists) as an integer tensor, or one InputError naming `name`."""
+    if not isinstance(value, torch.Tensor):
+        try:
+            value = torch.tensor(value)
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise InputError(f"{name} must be {expected} ({e})") from None
+    if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
+        raise InputError(f"{name} must hold {held}; got dtype {value.dtype}")
+    return value
+
+
 def folder_kind(path: str) -> str:
     """MODEL_FOLDER (`aogpt convert` or `aogpt export` wrote it) or CHECKPOINT (a torchtitan DCP folder)."""
     from .checkpoints import is_checkpoint_folder
@@ -270,13 +282,7 @@ class LoadedModel:
         """(B, n) int64 ids (on the device they came on) checked against the vocabulary and positions,
         and whether one sequence (n,) was given."""
         a = self.model_args
-        if not isinstance(tokens, torch.Tensor):
-            try:
-                tokens = torch.tensor(tokens)
-            except (TypeError, ValueError, RuntimeError) as e:
-                raise InputError(f"{name} must be token ids, a (B, n) tensor or list of lists ({e})") from None
-        if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
-            raise InputError(f"{name} must hold integer token ids; got dtype {tokens.dtype}")
+        tokens = _integers(tokens, name, "token ids, a (B, n) tensor or list of lists", "integer token ids")
         one = tokens.dim() == 1
         if one:
             tokens = tokens.unsqueeze(0)
@@ -313,13 +319,7 @@ class LoadedModel:
                     f"order {order!r} is not supported; allowed: None, {', '.join(READ_ORDERS)}, or a (B, n) tensor of permutations"
                 )
             return torch.stack([base_order(RANDOM, n, seed, row, 0) for row in range(batch)])
-        if not isinstance(order, torch.Tensor):
-            try:
-                order = torch.tensor(order)
-            except (TypeError, ValueError, RuntimeError) as e:
-                raise InputError(f"order must be a name or a (B, n) tensor of permutations ({e})") from None
-        if order.is_floating_point() or order.is_complex() or order.dtype == torch.bool:
-            raise InputError(f"order must hold integer positions; got dtype {order.dtype}")
+        order = _integers(order, "order", "a name or a (B, n) tensor of permutations", "integer positions")
         if tuple(order.shape) not in ((batch, n), (n,)):
             raise InputError(f"order has shape {tuple(order.shape)}; allowed: ({batch}, {n}) or ({n},), as the tokens")
         order = order.detach().long().expand(batch, n)
