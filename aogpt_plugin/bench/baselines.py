@@ -21,7 +21,7 @@ from ..model import AOGPT, AOGPTModelArgs
 from ..model.model import TransformerBlock
 from ..sampler.decoder import CachedDecoder, decode_model
 from ..sampler.generation import plan_generator
-from ..sampler.graphs import StepRunner, resolve_graphs, uses_inductor
+from ..sampler.graphs import StepRunner, resolve_graphs, step_linears
 from ..sampler.prompt import generation_orders
 from ..sampler.sampling import (
     SamplingParams,
@@ -158,8 +158,7 @@ def encoder_generate(
     sampling = (sampling or SamplingParams()).validate()
     device = model.output.weight.device
     mode = resolve_graphs(graphs, device)
-    if uses_inductor(mode, device) and linears == "auto":
-        linears = "aten"  # inductor packs aten Linears itself
+    linears = step_linears(mode, device, linears=linears)
     view = decode_model(model, linears)  # the same Linear kernels as the AO sampler (linears.py)
     model = view.model
     plan_gen = plan_generator(seed)

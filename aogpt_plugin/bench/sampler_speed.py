@@ -257,7 +257,7 @@ def run(args) -> int:
 
     from ..model_dir import load_model_dir
     from ..sampler.decoder import resolve_linear_kernel
-    from ..sampler.graphs import resolve_graphs, uses_inductor
+    from ..sampler.graphs import resolve_graphs, step_linears
 
     check_args(args)
     if args.threads is not None:
@@ -265,7 +265,7 @@ def run(args) -> int:
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype or ("bfloat16" if device.type == "cuda" else "float32"))
     graphs = resolve_graphs(args.graphs, device)
-    wanted = "aten" if uses_inductor(graphs, device) and args.linears == "auto" else args.linears
+    wanted = step_linears(graphs, device, args.backend, args.linears)
     linears = resolve_linear_kernel(wanted, device, dtype)  # a bad combination fails before any model is built
     model = None
     if args.model is not None:

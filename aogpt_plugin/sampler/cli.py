@@ -112,6 +112,7 @@ def run(args) -> int:
     from ..devices import device_name, resolve_device, resolve_dtype
     from ..model_dir import load_model_dir
     from .generation import samples_record
+    from .graphs import resolve_graphs, step_linears
     from .request import run_plan
 
     config, plan = check_args(args)
@@ -119,6 +120,7 @@ def run(args) -> int:
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype)
     check_fits(config.model_args, sample_config, prompt, device, dtype, plan.draft)
+    step_linears(resolve_graphs(sample_config.graphs, device), device, sample_config.backend, sample_config.linears)
     model_dir = load_model_dir(args.model, device=device, dtype=dtype, verify=args.verify)
     tokenizer = model_dir.tokenizer(check_vocab=False)
     samples = run_plan(model_dir.model, plan, tokenizer.decode, progress=not args.no_progress)

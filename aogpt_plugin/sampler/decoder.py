@@ -255,8 +255,9 @@ class CachedDecoder:
         args = model.model_args
         weight = model.tok_embeddings.weight
         self.view = decode_model(model, linears)
-        self.model, self.batch, self.static = self.view.model, batch, static
+        self.model, self.batch = self.view.model, batch
         self.device = weight.device
+        self.static_flex = static and self.device.type == "cuda"  # on a CPU a graph per shape only costs compile time
         self.backend = resolve_backend(backend, self.device, args.head_dim)
         self.cache = KVCache(args.n_layers, batch, args.n_heads, slots, args.head_dim, weight.dtype, self.device)
         self.flex_mask = FlexStepMask(batch, self.device) if self.backend == "flex" else None
@@ -302,7 +303,6 @@ class CachedDecoder:
         an int first slot shared by all samples), then the queries attend over the first kv_len cache
         slots under `mask` (a bool tensor, a BlockMask, or None = all of them)."""
         cache, flex = self.cache, self.backend == "flex"
-        static_flex = self.static and self.device.type == "cuda"  # on a CPU a graph per shape only costs compile time
         for i, layer in enumerate(self.model.layers.values()):
 
             def attend(q, k, v, i=i):
@@ -311,7 +311,7 @@ class CachedDecoder:
                 else:
                     cache.write(i, k, v, slots)
                 if flex:
-                    return flex_attend(q, cache.k[i], cache.v[i], mask, static_flex)
+                    return flex_attend(q, cache.k[i], cache.v[i], mask, self.static_flex)
                 return sdpa_attend(q, cache.k[i, :, :, :kv_len], cache.v[i, :, :, :kv_len], mask)
 
             h = layer(h, cond, attend=attend)

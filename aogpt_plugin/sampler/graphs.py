@@ -50,6 +50,22 @@ def uses_inductor(mode: str, device: torch.device | str) -> bool:
     return mode == "compile" or (mode == "on" and torch.device(device).type != "cuda")
 
 
+def step_linears(mode: str, device: torch.device | str, backend: str = "auto", linears: str = "auto") -> str:
+    """The Linear kernel a static step in a resolved `mode` runs with, or one UserError for what inductor
+    cannot compile: it lowers aten Linears (and packs them itself), not oneDNN's packed ones, and on a CPU
+    it cannot lower FlexAttention inside the step. The commands ask before loading any weights."""
+    if not uses_inductor(mode, device):
+        return linears
+    if linears == "onednn":
+        raise UserError(f"linears='onednn' cannot be compiled (graphs={mode!r}); allowed with it: auto, aten")
+    if backend == "flex" and torch.device(device).type != "cuda":
+        raise UserError(
+            f"backend='flex' cannot be compiled into the step on {torch.device(device).type} (graphs={mode!r}: "
+            "inductor lowers FlexAttention there only alone); allowed with it: sdpa, auto"
+        )
+    return "aten"
+
+
 def _addresses(args) -> tuple:
     return tuple(a.data_ptr() for a in args if isinstance(a, torch.Tensor))
 

@@ -31,10 +31,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import UserError
 from ..model import AOGPT
 from .decoder import CachedDecoder, decode_model, resolve_backend
-from .graphs import StepRunner, uses_inductor
+from .graphs import StepRunner, step_linears
 from .masks import FLEX_BLOCK, step_block_mask, visible
 from .sampling import SamplingParams, filtered_scores, gumbel_max
 
@@ -258,17 +257,9 @@ def static_decoder(model: AOGPT, batch: int, backend: str, linears: str, mode: s
     (its graphs with it), rebuilt otherwise. One per decode view, so a model whose weights changed
     gets a new one with its new view."""
     device = model.tok_embeddings.weight.device
-    if uses_inductor(mode, device):  # inductor lowers aten Linears (and packs them itself), not oneDNN's
-        if linears == "onednn":
-            raise UserError(f"linears='onednn' cannot be compiled (graphs={mode!r}); allowed with it: auto, aten")
-        linears = "aten"
+    linears = step_linears(mode, device, backend, linears)
     view = decode_model(model, linears)
     resolved = resolve_backend(backend, device, model.model_args.head_dim)
-    if resolved == "flex" and uses_inductor(mode, device) and device.type != "cuda":
-        raise UserError(
-            f"backend='flex' cannot be compiled into the step on {device.type} (graphs={mode!r}: inductor "
-            "lowers FlexAttention there only alone); allowed with it: sdpa, auto"
-        )
     key = (batch, resolved, view.linears, mode)
     state = view.static.get("decoder")
     if state is None or view.static.get("key") != key:

@@ -121,3 +121,15 @@ def test_graphs_apply_to_every_variant(capsys):
     assert out["graphs"] == "static" and "--graphs static" in out["command"]
     assert out["ao_forward_passes"] == {"8": 8, "2": 2, "1": 1} and out["ar_forward_passes"] == 8
     assert out["encoder_forward_passes"] == {"8": 8, "2": 2, "1": 1}
+
+
+def test_what_inductor_cannot_compile_is_refused_before_any_model_is_built(monkeypatch):
+    def no_models(*args, **kwargs):
+        raise AssertionError("a model was built")
+
+    monkeypatch.setattr(bench_command, "build_decoder", no_models)
+    argv = ["--flavor", "debugmodel", "--n", "8", "--graphs", "on", "--device", "cpu"]
+    with pytest.raises(UserError, match="linears='onednn' cannot be compiled"):
+        bench_command.run(parse([*argv, "--linears", "onednn"]))
+    with pytest.raises(UserError, match="backend='flex' cannot be compiled into the step on cpu"):
+        bench_command.run(parse([*argv, "--backend", "flex"]))

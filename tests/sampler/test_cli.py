@@ -57,6 +57,7 @@ BAD = [
     (["--speculative", "0"], "--speculative 0 is not allowed"),
     (["--speculative", "3", "--steps", "4"], "--steps does not apply with --speculative"),
     (["--speculative", "auto", "--counts", "binomial"], "--counts does not apply"),
+    (["--backend", "flex", "--graphs", "on"], "backend='flex' cannot be compiled into the step on cpu"),
 ]
 
 
