@@ -36,32 +36,37 @@ class _RealVocabCrossEntropy(torch.autograd.Function):
         rows, targets = pred.reshape(-1, pred.shape[-1]), labels.reshape(-1)
         keep = targets != IGNORE_INDEX
         index = torch.where(keep, targets, 0).unsqueeze(1)
-        lse = torch.cat(
-            [
-                torch.logsumexp(rows[start : start + chunk_rows, :vocab_size].float(), dim=-1)
-                for start in range(0, rows.shape[0], chunk_rows)
-            ]
-        )
+        lse = torch.empty(rows.shape[0], dtype=torch.float32, device=rows.device)
+        for start in range(0, rows.shape[0], chunk_rows):
+            lse[start : start + chunk_rows] = torch.logsumexp(
+                rows[start : start + chunk_rows, :vocab_size].float(), dim=-1
+            )
         picked = rows.gather(1, index).squeeze(1).float()
         ctx.save_for_backward(pred, index, keep, lse)
         ctx.vocab_size, ctx.chunk_rows = vocab_size, chunk_rows
         return torch.where(keep, lse - picked, 0.0).sum()
 
     @staticmethod
+    @torch.autograd.function.once_differentiable
     def backward(ctx, grad_loss: torch.Tensor):
         pred, index, keep, lse = ctx.saved_tensors
         vocab_size, chunk_rows = ctx.vocab_size, ctx.chunk_rows
         rows = pred.reshape(-1, pred.shape[-1])
         grad = torch.empty_like(rows)
         grad[:, vocab_size:] = 0
-        scale = (grad_loss * keep).unsqueeze(1)  # 0 for ignored rows
-        compiling = torch.compiler.is_compiling()
-        columns = torch.arange(vocab_size, device=index.device).unsqueeze(0)
-        minus_one = torch.full(index.shape, -1.0, device=index.device)
+        scale = torch.where(keep, grad_loss, 0.0).unsqueeze(1)  # exactly 0 for ignored rows, whatever grad_loss is
+        if torch.compiler.is_compiling():
+            columns = torch.arange(vocab_size, device=index.device).unsqueeze(0)
+        else:
+            minus_one = torch.full(
+                index.shape, -1.0, dtype=torch.promote_types(pred.dtype, torch.float32), device=index.device
+            )
         for start in range(0, rows.shape[0], chunk_rows):
             end = start + chunk_rows
             softmax = torch.sub(rows[start:end, :vocab_size], lse[start:end, None]).exp_()  # float32 (lse is)
-            if compiling:  # elementwise only: inductor fuses the chunk into one pass, logits in, gradient out
+            if (
+                torch.compiler.is_compiling()
+            ):  # elementwise only: inductor fuses the chunk into one pass, logits in, gradient out
                 one_hot = (columns == index[start:end]).to(softmax.dtype)
                 grad[start:end, :vocab_size] = softmax.sub_(one_hot).mul_(scale[start:end])
             else:  # eager: touch the label entries only, and scale straight into the gradient
@@ -74,7 +79,8 @@ def ao_cross_entropy(
     pred: torch.Tensor, labels: torch.Tensor, vocab_size: int, chunk_rows: int = LOSS_CHUNK_ROWS
 ) -> torch.Tensor:
     """Summed CE over the real vocabulary: the padded logits `pred[..., vocab_size:]` take no part
-    (torchtitan divides the sum by the global token count); labels equal to IGNORE_INDEX count nothing.
+    (torchtitan divides the sum by the global token count); labels equal to IGNORE_INDEX count nothing,
+    every other label must be a real token id (< vocab_size), as the tokenizer's are.
 
     Float32, whatever `pred`'s dtype, computed `chunk_rows` rows at a time (LOSS_CHUNK_ROWS): the whole
     batch's float32 logits never exist, in the forward or the backward (_RealVocabCrossEntropy)."""

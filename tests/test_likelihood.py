@@ -271,3 +271,22 @@ def test_compiled_chunked_ce_allocates_no_float32_logits():
         default=0,
     )
     assert buffers and largest_float32 < 64 * CE_VOCAB
+
+
+def test_chunked_ce_at_the_edges_is_what_cross_entropy_gives():
+    """float64 logits, no rows at all, and an ignored row under a non-finite incoming gradient (its
+    gradient stays exactly 0, as F.cross_entropy's does)."""
+    torch.manual_seed(3)
+    pred = torch.randn(7, 70, dtype=torch.float64, requires_grad=True)
+    labels = torch.randint(0, 61, (7,))
+    labels[2] = IGNORE_INDEX
+    ao_cross_entropy(pred, labels, 61, chunk_rows=3).backward()
+    ref = pred.detach().clone().requires_grad_()
+    F.cross_entropy(ref[:, :61], labels, reduction="sum").backward()
+    torch.testing.assert_close(pred.grad[:, :61], ref.grad[:, :61])
+    assert torch.equal(pred.grad[:, 61:], torch.zeros(7, 9, dtype=torch.float64))
+    empty = torch.zeros(0, 70, requires_grad=True)
+    assert float(ao_cross_entropy(empty, torch.zeros(0, dtype=torch.long), 61)) == 0.0
+    pred = torch.randn(3, 70, requires_grad=True)
+    ao_cross_entropy(pred, torch.tensor([1, IGNORE_INDEX, 2]), 61).backward(torch.tensor(float("inf")))
+    assert torch.equal(pred.grad[1], torch.zeros(70))
