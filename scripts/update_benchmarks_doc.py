@@ -192,7 +192,8 @@ TRAIN_INTRO = """### Training step time rows (`aogpt bench train --json`)
 
 AO vs AR of the same backbone, interleaved rounds; step times are medians, the ratio is the median of
 the per-round ratios [min, max]; MFU counts the model FLOPs against the device's dense bf16 peak
-(GPUs only); peak memory is torch.cuda.max_memory_allocated during the timed steps.
+(GPUs only); peak memory is torch.cuda.max_memory_allocated during a variant's timed steps less what the
+other variants hold (their weights, optimizer state and batch): the variant's own footprint.
 """
 TRAIN_COLUMNS = (
     "date",

@@ -150,6 +150,15 @@ class Variant:
         self.tokens_per_step = batch * seq_len
         self.flops_per_token = args.get_nparams_and_flops(self.model, seq_len)[1]
 
+    def resident_bytes(self) -> int:
+        """Bytes this variant holds between steps: weights, buffers, optimizer state and its batch."""
+        import torch
+
+        tensors = [*self.model.parameters(), *self.model.buffers(), self.tokens]
+        tensors += [t for state in self.opt.state.values() for t in state.values() if isinstance(t, torch.Tensor)]
+        tensors += [] if self.order is None else [self.order]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
     def step(self) -> None:
         import torch
         from torch.profiler import record_function
@@ -167,18 +176,22 @@ class Variant:
             self.opt.zero_grad(set_to_none=True)
 
 
-def peak_memory_gib(device) -> float | None:
-    """The device's peak allocated memory since the last reset, GiB (None on a CPU)."""
+def peak_memory_gib(device, others: int = 0) -> float | None:
+    """The device's peak allocated memory since the last reset, less `others` bytes (what other
+    variants hold), GiB (None on a CPU)."""
     import torch
 
-    return round(torch.cuda.max_memory_allocated(device) / 2**30, 3) if device.type == "cuda" else None
+    return round((torch.cuda.max_memory_allocated(device) - others) / 2**30, 3) if device.type == "cuda" else None
 
 
-def reset_peak_memory(device) -> None:
+def reset_peak_memory(device) -> int:
+    """Starts a peak measurement; the bytes allocated now (0 on a CPU)."""
     import torch
 
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
+    if device.type != "cuda":
+        return 0
+    torch.cuda.reset_peak_memory_stats(device)
+    return torch.cuda.memory_allocated(device)
 
 
 def command_line(args) -> str:
@@ -248,14 +261,14 @@ def run(args) -> int:
         this_round = {}
         for v in variants:
             synchronize(device)
-            reset_peak_memory(device)
+            others = reset_peak_memory(device) - built[v].resident_bytes()  # the other variants' models
             steps = []
             for _ in range(args.steps):
                 t0 = time.perf_counter()
                 built[v].step()
                 synchronize(device)
                 steps.append(time.perf_counter() - t0)
-            peak = peak_memory_gib(device)
+            peak = peak_memory_gib(device, others)
             peaks[v] = peak if peaks[v] is None else max(peaks[v], peak)
             times[v] += steps
             this_round[v] = 1000 * statistics.median(steps)

@@ -93,3 +93,17 @@ def test_compile_takes_blocks_by_default_or_the_whole_model():
 def test_bad_arguments_are_one_line_errors(argv, message):
     with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
         train_bench.check_args(parse(argv))
+
+
+def test_a_variants_resident_bytes_are_its_weights_optimizer_state_and_batch():
+    """What the peak-memory figure leaves out of a variant's cell: the other variants' holdings."""
+    import torch
+
+    variant = train_bench.Variant("debugmodel", "adaln", "random", 16, 2, torch.device("cpu"), torch.float32, None)
+    weights = sum(p.numel() * 4 for p in variant.model.parameters())
+    batch = 2 * variant.tokens.numel() * 8  # tokens and the order, int64
+    assert variant.resident_bytes() == weights + batch  # AdamW keeps no state before its first step
+    variant.step()
+    assert variant.resident_bytes() == 3 * weights + batch + 4 * len(
+        variant.opt.state
+    )  # + exp_avg(_sq), step (float32)
