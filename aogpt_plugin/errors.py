@@ -5,6 +5,7 @@ environment are named the same way: a full disk (DiskFullError, recognised howev
 a stop by Ctrl-C or SIGTERM (Interrupted, exit status 128 + the signal).
 """
 
+import contextlib
 import errno
 import os
 import signal
@@ -100,6 +101,23 @@ def stop_at_once_on_signals() -> dict:
 def restore_signals(previous: dict) -> None:
     for signum, handler in previous.items():
         signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def signals_deferred(detail: str):
+    """Ctrl-C and SIGTERM wait until the block is done, then stop the command (Interrupted with
+    `detail`, what the block did). Python handlers, not a blocked signal mask: a signal may reach any
+    of torch's threads, and Python runs every handler in the main thread. A no-op outside it."""
+    caught: list[int] = []
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {signum: signal.signal(signum, lambda s, frame: caught.append(s)) for signum in SIGNAL_NAMES}
+    try:
+        yield
+    finally:
+        restore_signals(previous)
+    if caught:
+        raise Interrupted(caught[0], detail)
 
 
 def interrupted_line(error: KeyboardInterrupt) -> str:

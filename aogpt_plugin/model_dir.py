@@ -393,7 +393,7 @@ def save_model_dir(
                 f"the existing {out_dir!r} is kept as it was" if os.path.exists(out_dir) else "nothing was left behind"
             )
             if isinstance(e, KeyboardInterrupt):  # Ctrl-C / SIGTERM: the command's one line says what is left
-                e.detail = f"{out_dir!r} was not written ({kept})"
+                e.detail = getattr(e, "detail", None) or f"{out_dir!r} was not written ({kept})"
                 raise
             needed = sum(t.numel() * t.element_size() for t in state.values()) + sum(map(len, files.values()))
             reason = disk_full_reason(e, parent, needed) if isinstance(e, Exception) else None

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import tempfile
 
-from .errors import DiskFullError, disk_full_reason, space_note
+from .errors import DiskFullError, disk_full_reason, signals_deferred, space_note
 
 
 def make_temporary(parent: str, prefix: str) -> str:
@@ -37,22 +36,21 @@ def remove_stale_temporaries(parent: str, prefix: str) -> None:
 
 def move_into_place(tmp: str, out_dir: str) -> None:
     """Rename the finished `tmp` folder to `out_dir`, replacing an existing `out_dir` (checked
-    replaceable by the caller; an empty one is simply replaced). Ctrl-C and SIGTERM wait until both
-    renames are done: between them the old folder exists only under a temporary name that the next
-    writer would remove."""
-    deferred = {signal.SIGINT, signal.SIGTERM}
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, deferred)
-    try:
-        if os.path.isdir(out_dir) and os.listdir(out_dir):
-            old = tmp + ".old"
-            os.rename(out_dir, old)
+    replaceable by the caller; an empty one is simply replaced). Ctrl-C and SIGTERM wait until the
+    swap is done (between the renames the old folder exists only under a temporary name that the
+    next writer would remove), then stop the command with `out_dir` written; a failed second rename
+    puts the old folder back."""
+    with signals_deferred(f"{out_dir!r} was written"):
+        if not (os.path.isdir(out_dir) and os.listdir(out_dir)):  # absent, or an empty folder (rename replaces it)
             os.rename(tmp, out_dir)
-        else:  # absent, or an empty folder (rename replaces it)
-            old = None
+            return
+        old = tmp + ".old"
+        os.rename(out_dir, old)
+        try:
             os.rename(tmp, out_dir)
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-    if old is not None:
+        except BaseException:
+            os.rename(old, out_dir)
+            raise
         shutil.rmtree(old, ignore_errors=True)
 
 
@@ -67,7 +65,7 @@ def write_file(path: str, data: bytes, what: str) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, _file_mode(path))
         os.replace(tmp, path)
     except BaseException as e:
         try:
@@ -80,6 +78,17 @@ def write_file(path: str, data: bytes, what: str) -> None:
         raise DiskFullError(
             f"the disk is full: writing {what} failed ({reason}); {space_note(folder, len(data))}; nothing was written"
         ) from None
+
+
+def _file_mode(path: str) -> int:
+    """The mode a replaced file keeps, or what a plain open() would give a new one (0666 less the umask;
+    mkstemp's temporaries are 0600)."""
+    try:
+        return os.stat(path).st_mode & 0o777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def alive(pid: int) -> bool:

@@ -63,3 +63,62 @@ def test_move_into_place_replaces_a_folder_whole(tmp_path):
     move_into_place(str(new), str(old))
     assert (old / "a").read_text() == "new" and sorted(os.listdir(tmp_path)) == ["out"]
     assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == set()  # Ctrl-C and SIGTERM delivered again
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_during_the_swap_waits_for_it_and_says_the_folder_was_written(tmp_path, monkeypatch, signum):
+    """Ctrl-C or SIGTERM between the two renames (when the old folder exists only under a temporary
+    name) lets the swap and the old folder's removal finish, then stops with `out` written."""
+    from aogpt_plugin.errors import restore_signals, stop_at_once_on_signals
+
+    old, new = tmp_path / "out", tmp_path / ".tmp-1"
+    for folder, text in ((old, "old"), (new, "new")):
+        folder.mkdir()
+        (folder / "a").write_text(text)
+    rename = os.rename
+
+    def rename_then_signal(src, dst):
+        rename(src, dst)
+        if dst.endswith(".old"):
+            os.kill(os.getpid(), signum)
+
+    monkeypatch.setattr(os, "rename", rename_then_signal)
+    previous = stop_at_once_on_signals()
+    try:
+        with pytest.raises(Interrupted) as stopped:
+            move_into_place(str(new), str(old))
+    finally:
+        restore_signals(previous)
+    assert stopped.value.signum == signum and stopped.value.detail == f"{str(old)!r} was written"
+    assert (old / "a").read_text() == "new" and sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def test_a_failed_second_rename_puts_the_old_folder_back(tmp_path, monkeypatch):
+    old, new = tmp_path / "out", tmp_path / ".tmp-1"
+    for folder, text in ((old, "old"), (new, "new")):
+        folder.mkdir()
+        (folder / "a").write_text(text)
+    rename = os.rename
+
+    def second_fails(src, dst):
+        if src == str(new):
+            raise OSError(28, "No space left on device")
+        rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", second_fails)
+    with pytest.raises(OSError):
+        move_into_place(str(new), str(old))
+    assert (old / "a").read_text() == "old" and not (tmp_path / ".tmp-1.old").exists()
+
+
+def test_a_written_file_gets_the_mode_open_would_give_it(tmp_path):
+    previous = os.umask(0o077)
+    try:
+        write_file(str(tmp_path / "private.json"), b"{}", "OUT")
+    finally:
+        os.umask(previous)
+    assert (tmp_path / "private.json").stat().st_mode & 0o777 == 0o600
+    (tmp_path / "shared.json").write_bytes(b"")
+    os.chmod(tmp_path / "shared.json", 0o664)
+    write_file(str(tmp_path / "shared.json"), b"{}", "OUT")
+    assert (tmp_path / "shared.json").stat().st_mode & 0o777 == 0o664

@@ -341,7 +341,9 @@ def prepare(
         writer.abandon()
         shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(e, KeyboardInterrupt):  # Ctrl-C / SIGTERM: the command's one line says what is left
-            e.detail = f"DIR {out_dir!r} was not written (its temporary folder, {written}, was removed)"
+            e.detail = getattr(e, "detail", None) or (
+                f"DIR {out_dir!r} was not written (its temporary folder, {written}, was removed)"
+            )
             raise
         if not isinstance(e, OSError):
             raise
