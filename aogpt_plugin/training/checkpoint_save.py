@@ -71,10 +71,10 @@ def save_recorded(
     except BaseException as e:  # DCP's CheckpointException is a BaseException
         stop = interruption(e)
         if stop is not None:  # a second Ctrl-C (or a signal before the handlers) while writing
-            removed = remove_partial_saves(manager.folder) if _rank() == 0 else []
+            removed = remove_partial_saves(manager.folder, curr_step) if _rank() == 0 else []
             detail = f"the partial {removed[0]} was removed" if removed else None
             raise Interrupted(getattr(stop, "signum", signal.SIGINT), detail) from None
-        full = _disk_full(e, manager.folder, step_dir)
+        full = _disk_full(e, manager.folder, step_dir, curr_step)
         if full is None:
             raise
         raise full from None
@@ -83,7 +83,7 @@ def save_recorded(
     return result
 
 
-def _disk_full(error: BaseException, folder: str, step_dir: str) -> CheckpointDiskFullError | None:
+def _disk_full(error: BaseException, folder: str, step_dir: str, curr_step: int) -> CheckpointDiskFullError | None:
     """The error to raise when saving `step_dir` failed for lack of space, else None. Rank 0 removes the
     partial folder; the other ranks, which may look after it did (and so see the space it freed), take
     a short write for a full disk as rank 0 judged it."""
@@ -92,19 +92,25 @@ def _disk_full(error: BaseException, folder: str, step_dir: str) -> CheckpointDi
     reason = disk_full_reason(error, folder, needed if _rank() == 0 else 1 << 62)
     if reason is None:
         return None
-    removed = remove_partial_saves(folder) if _rank() == 0 else []
+    removed = remove_partial_saves(folder, curr_step) if _rank() == 0 else []
     partial_removed = step_dir in removed or not os.path.isdir(step_dir)
     return CheckpointDiskFullError(reason, step_dir, partial_removed, needed, folder, newest_complete_step(folder))
 
 
-def remove_partial_saves(folder: str) -> list[str]:
-    """Remove the step folders newer than the newest complete one that have no `.metadata` (what a
-    failed or interrupted save of this run leaves; one run per dump folder, so nothing else's)."""
+# what an HF-format save (`checkpoint.last_save_in_hf`) finishes with instead of DCP's .metadata
+HF_SAVE_INDEX = "model.safetensors.index.json"
+
+
+def remove_partial_saves(folder: str, upto: int) -> list[str]:
+    """Remove the step folders after the newest complete one, up to `upto` (the step being saved; an
+    asynchronous save fails later), that a save did not finish: neither DCP's `.metadata` nor an HF
+    save's index. Steps past `upto` (a resumed run's later saves) are never touched."""
     newest = newest_complete_step(folder)
     removed = []
     for step in step_folders(folder):
         step_dir = os.path.join(folder, f"step-{step}")
-        if (newest is None or step > newest) and not has_metadata(step_dir):
+        finished = has_metadata(step_dir) or os.path.isfile(os.path.join(step_dir, HF_SAVE_INDEX))
+        if (newest is None or step > newest) and step <= upto and not finished:
             shutil.rmtree(step_dir, ignore_errors=True)
             removed.append(step_dir)
     return removed

@@ -232,3 +232,15 @@ def test_with_checkpointing_off_an_agreed_stop_ends_the_run_after_the_step_with_
     with pytest.raises(StopRequested) as e:
         stop_without_checkpoint(guard, 4)
     assert e.value.step_dir is None and str(e.value) == "stopped by SIGTERM after step 4"
+
+
+def test_only_the_unfinished_saves_up_to_this_step_are_removed(tmp_path):
+    """After a failed or interrupted save of step 3: an HF-format save (its index, no .metadata) is
+    finished, a later step (a resumed run's) is not this save's, so step-3 alone goes."""
+    from aogpt_plugin.training.checkpoint_save import HF_SAVE_INDEX, remove_partial_saves
+
+    for step, marker in ((1, ".metadata"), (2, HF_SAVE_INDEX), (3, "__0_0.distcp"), (5, "__0_0.distcp")):
+        (tmp_path / f"step-{step}").mkdir()
+        (tmp_path / f"step-{step}" / marker).write_text("x")
+    assert remove_partial_saves(str(tmp_path), 3) == [str(tmp_path / "step-3")]
+    assert sorted(os.listdir(tmp_path)) == ["step-1", "step-2", "step-5"]
