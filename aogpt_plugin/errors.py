@@ -53,19 +53,24 @@ def check_writable(path: str, flag: str, force: bool = False) -> None:
 def exit_in_one_line_on_user_error() -> None:
     """For entry points we do not own (stock `-m torchtitan.train`, which runs our config function,
     tyro's parse of our sections and our Trainer inside its own main): a UserError nobody caught ends
-    as `error: <message>` on rank 0's stderr and exit status 2, as our own commands end, not as one
-    traceback per rank. Other exceptions keep the hook that was there."""
+    as `error: <message>` on rank 0's stderr and exit status 2, and a stop by Ctrl-C or SIGTERM as its
+    one line and 128 + the signal, as our own commands end, not as one traceback per rank. Other
+    exceptions keep the hook that was there."""
     previous = sys.excepthook
     if getattr(previous, "aogpt_user_errors", False):
         return
 
     def hook(kind, value, tb):
-        if not issubclass(kind, UserError):
+        if issubclass(kind, UserError):
+            line, status = f"error: {value}", 2  # after an uncaught exception Python would give 1
+        elif issubclass(kind, KeyboardInterrupt):
+            line, status = f"error: {interrupted_line(value)}", exit_status(value)
+        else:
             return previous(kind, value, tb)
         if os.environ.get("RANK", "0") == "0":  # the real stderr: torch.distributed's hook wraps ours in a buffer
-            print(f"error: {value}", file=sys.__stderr__, flush=True)
+            print(line, file=sys.__stderr__, flush=True)
         sys.stdout.flush()
-        os._exit(2)  # the status our commands give a user error (after an uncaught exception Python gives 1)
+        os._exit(status)
 
     hook.aogpt_user_errors = True
     sys.excepthook = hook

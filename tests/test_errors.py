@@ -7,6 +7,8 @@ import errno
 import os
 import re
 import signal
+import subprocess
+import sys
 
 import pytest
 from conftest import fill_disk
@@ -90,3 +92,23 @@ def test_check_writable_refuses_devices_fifos_folders_and_an_existing_file_witho
 
 def test_sizes_read_as_df_shows_them():
     assert [size_text(n) for n in (512, 27_019_651, 109_100_000_000)] == ["512 B", "27.0 MB", "109.1 GB"]
+
+
+@pytest.mark.parametrize(
+    "raised, line, status",
+    [
+        ("ConfigError('training.steps=0 must be >= 1')", "error: training.steps=0 must be >= 1", 2),
+        ("Interrupted(signal.SIGTERM)", "error: stopped by SIGTERM", 143),
+        ("KeyboardInterrupt()", "error: stopped by Ctrl-C (SIGINT)", 130),
+    ],
+)
+def test_an_entry_we_do_not_own_ends_a_user_error_or_a_stop_in_one_line(raised, line, status):
+    """Stock `-m torchtitan.train` (whose main we do not own) ends as our commands do; a signal too."""
+    script = (
+        "import signal\n"
+        "from aogpt_plugin.errors import ConfigError, Interrupted, exit_in_one_line_on_user_error\n"
+        "exit_in_one_line_on_user_error()\n"
+        f"raise {raised}\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == status and proc.stderr.strip() == line, proc.stderr
