@@ -1,11 +1,14 @@
 """Temporary siblings for atomic writes (a model folder, a prepared data folder, a tokenizer.json, a
-samples file): made with the writer's pid in their name, so the next writer can remove those a killed
-writer left behind, and renamed into place only once complete."""
+samples file): made with the writer's pid and host in their name, so the next writer on that host can
+remove those a killed writer left behind (on a shared filesystem another node's pids mean nothing
+here), and renamed into place only once complete."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import socket
 import tempfile
 
 from .errors import DiskFullError, disk_full_reason, signals_deferred, space_note
@@ -14,7 +17,7 @@ from .errors import DiskFullError, disk_full_reason, signals_deferred, space_not
 def make_temporary(parent: str, prefix: str) -> str:
     """A fresh temporary folder in `parent` named `<prefix><pid>-...`, after removing stale ones."""
     remove_stale_temporaries(parent, prefix)
-    return tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent)
+    return tempfile.mkdtemp(prefix=f"{prefix}{_owner()}-", dir=parent)
 
 
 def remove_stale_temporaries(parent: str, prefix: str) -> None:
@@ -22,8 +25,8 @@ def remove_stale_temporaries(parent: str, prefix: str) -> None:
     for name in os.listdir(parent):
         if not name.startswith(prefix):
             continue
-        pid = name[len(prefix) :].split("-", 1)[0]
-        if pid.isdigit() and not alive(int(pid)):
+        pid, _, host = name[len(prefix) :].split("-", 1)[0].partition("@")
+        if pid.isdigit() and host in ("", _host()) and not alive(int(pid)):  # no host: an older aogpt's name
             path = os.path.join(parent, name)
             if os.path.isdir(path) and not os.path.islink(path):
                 shutil.rmtree(path, ignore_errors=True)
@@ -55,13 +58,13 @@ def move_into_place(tmp: str, out_dir: str) -> None:
 
 
 def write_file(path: str, data: bytes, what: str) -> None:
-    """`data` into `path` through a temporary sibling (`.NAME.aogpt-PID-...`) renamed into place: a
+    """`data` into `path` through a temporary sibling (`.NAME.aogpt-PID@HOST-...`) renamed into place: a
     failure, a full disk or a signal leaves the old file (or none), never part of one. A full disk
     is a DiskFullError naming `what` (e.g. "OUT 'tok.json'") and the bytes needed."""
     folder = os.path.dirname(os.path.abspath(path))
     prefix = f".{os.path.basename(path)}.aogpt-"
     remove_stale_temporaries(folder, prefix)
-    fd, tmp = tempfile.mkstemp(prefix=f"{prefix}{os.getpid()}-", dir=folder)
+    fd, tmp = tempfile.mkstemp(prefix=f"{prefix}{_owner()}-", dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -89,6 +92,15 @@ def _file_mode(path: str) -> int:
         umask = os.umask(0)
         os.umask(umask)
         return 0o666 & ~umask
+
+
+def _host() -> str:
+    """This host's name as a temporary's name holds it (no dashes: they end the owner part)."""
+    return re.sub(r"[^A-Za-z0-9_.]", "_", socket.gethostname())
+
+
+def _owner() -> str:
+    return f"{os.getpid()}@{_host()}"
 
 
 def alive(pid: int) -> bool:

@@ -122,3 +122,19 @@ def test_a_written_file_gets_the_mode_open_would_give_it(tmp_path):
     os.chmod(tmp_path / "shared.json", 0o664)
     write_file(str(tmp_path / "shared.json"), b"{}", "OUT")
     assert (tmp_path / "shared.json").stat().st_mode & 0o777 == 0o664
+
+
+def test_only_this_hosts_dead_writers_temporaries_are_removed(tmp_path):
+    """On a shared filesystem another node's pid means nothing here: its temporary is left alone."""
+    import re
+    import socket
+
+    from aogpt_plugin.temporaries import make_temporary
+
+    here = re.sub(r"[^A-Za-z0-9_.]", "_", socket.gethostname())
+    dead_here, elsewhere = tmp_path / f".aogpt-x-999999999@{here}-abc", tmp_path / ".aogpt-x-999999999@node_b-abc"
+    dead_here.mkdir()
+    elsewhere.mkdir()
+    made = make_temporary(str(tmp_path), ".aogpt-x-")
+    assert os.path.basename(made).startswith(f".aogpt-x-{os.getpid()}@{here}-")
+    assert not dead_here.exists() and elsewhere.exists()
