@@ -84,35 +84,48 @@ def cache_dir() -> str:
 
 
 @contextlib.contextmanager
-def _verified_record():
-    """The record of shards that matched their sha256, read and written under an exclusive lock (so the
-    ranks of one node hash a shard once: the first hashes, the others find it recorded). A cache that
-    cannot be read or written only costs hashing again."""
-    folder = cache_dir()
-    path = os.path.join(folder, VERIFIED_FILE)
+def _locked(path: str):
+    """An exclusive lock on `path` for the block (none where it cannot be taken: that only costs hashing again)."""
     lock = None
     try:
-        os.makedirs(folder, exist_ok=True)
-        lock = open(path + ".lock", "a")  # noqa: SIM115 - held for the block
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        lock = open(path, "a")  # noqa: SIM115 - held for the block
         fcntl.flock(lock, fcntl.LOCK_EX)
     except OSError:
-        lock = None
+        pass
     try:
-        try:
-            with open(path, encoding="utf-8") as f:
-                record = json.load(f)
-            record = record if isinstance(record, dict) else {}
-        except (OSError, ValueError):
-            record = {}
-        before = dict(record)
-        try:
-            yield record
-        finally:  # also after a bad shard or a Ctrl-C: the shards that matched need no second reading
-            if record != before and lock is not None:
-                _write_record(path, {k: v for k, v in record.items() if os.path.exists(k)})  # gone: forgotten
+        yield
     finally:
         if lock is not None:
             lock.close()
+
+
+def _read_record(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+@contextlib.contextmanager
+def _verified_record(dataset: str):
+    """(the record of shards that matched their sha256, the ones that match now) for checking `dataset`'s
+    shards under a lock of that folder (so the ranks of one node hash a shard once: the first hashes, the others find it
+    recorded; other datasets do not wait), merged back into the one record under its own short lock."""
+    path = os.path.join(cache_dir(), VERIFIED_FILE)
+    folder_lock = f"{path}.{hashlib.sha256(os.path.realpath(dataset).encode()).hexdigest()[:16]}.lock"
+    with _locked(folder_lock):
+        record = _read_record(path)
+        found = {}
+        try:
+            yield record, found
+        finally:  # also after a bad shard or a Ctrl-C: the shards that matched need no second reading
+            if found:
+                with _locked(path + ".lock"):
+                    merged = _read_record(path) | found
+                    _write_record(path, {k: v for k, v in merged.items() if os.path.exists(k)})  # gone: forgotten
 
 
 def _write_record(path: str, record: dict) -> None:
@@ -138,7 +151,7 @@ def verify_shards(folder: str, key: str, skip_flag: str, report: Callable[[str],
     paths = prepared_files(folder, key)  # present, at their recorded sizes
     shards = read_manifest(folder)["shards"]
     hashed = 0
-    with _verified_record() as verified:
+    with _verified_record(folder) as (verified, matched):
         todo = []
         for shard, path in zip(shards, paths, strict=True):
             st = os.stat(path)
@@ -158,6 +171,6 @@ def verify_shards(folder: str, key: str, skip_flag: str, report: Callable[[str],
                     f"(a corrupt or changed copy); copy the whole folder again or re-run `aogpt data prepare` "
                     f"({skip_flag} trains on it anyway)"
                 )
-            verified[os.path.realpath(path)] = entry
+            matched[os.path.realpath(path)] = entry
             hashed += 1
     return hashed

@@ -68,3 +68,19 @@ def test_an_unwritable_cache_only_costs_hashing_again(prepared, monkeypatch, tmp
     blocked.write_text("a file where the cache folder would be")
     monkeypatch.setenv("AOGPT_CACHE_DIR", str(blocked))
     assert _verify(prepared) == 3 and _verify(prepared) == 3
+
+
+def test_each_folder_is_checked_under_its_own_lock_into_one_record(prepared):
+    """Two datasets' checks take separate locks (one does not wait for the other's hashing), and what
+    each found is merged into the one record: neither is hashed again."""
+
+    def locks() -> set[str]:
+        return {n for n in os.listdir(cache_dir()) if n.startswith(VERIFIED_FILE) and n.endswith(".lock")}
+
+    copy = prepared.parent / "copy"
+    shutil.copytree(prepared, copy)
+    assert _verify(prepared) == 3
+    before = locks()
+    assert _verify(copy) == 3
+    assert len(locks() - before) == 1  # the copy's own lock
+    assert _verify(prepared) == 0 and _verify(copy) == 0
