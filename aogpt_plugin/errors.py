@@ -125,11 +125,11 @@ def signals_deferred(detail: str):
         raise Interrupted(caught[0], detail)
 
 
-def interrupted_line(error: KeyboardInterrupt) -> str:
+def interrupted_line(error: KeyboardInterrupt, how: str = "stopped") -> str:
     """`stopped by Ctrl-C (SIGINT); <what the writer left>`: a command's one line after a signal."""
     name = SIGNAL_NAMES.get(getattr(error, "signum", signal.SIGINT), "a signal")
     detail = getattr(error, "detail", None)
-    return f"stopped by {name}" + (f"; {detail}" if detail else "")
+    return f"{how} by {name}" + (f"; {detail}" if detail else "")
 
 
 def interruption(error: BaseException) -> KeyboardInterrupt | None:
@@ -225,10 +225,10 @@ def size_text(n: int) -> str:
     return f"{n} B"
 
 
-def space_note(folder: str, needed: int | None) -> str:
+def space_note(folder: str, needed: int | None, needs: str = "it needs") -> str:
     """'it needs 109.1 MB and 51.2 MB are free there' (only the free space when the need is unknown)."""
     free = size_text(free_bytes(folder))
-    return f"it needs {size_text(needed)} and {free} are free there" if needed else f"{free} are free there"
+    return f"{needs} {size_text(needed)} and {free} are free there" if needed else f"{free} are free there"
 
 
 # ---- what a command refuses to write over ---------------------------------------------------------

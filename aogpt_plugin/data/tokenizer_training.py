@@ -29,7 +29,7 @@ def train_tokenizer(corpus: str, vocab_size: int, out: str, max_bytes: int = 20_
     if not out.endswith(".json"):
         raise UserError(f"OUT {out!r} must be a path ending in .json (the tokenizer.json to write)")
     files = list_text_files(corpus, key="CORPUS")
-    with contextlib.suppress(OSError):  # OUT's folder is made, as it always was (a file in the way: said below)
+    with contextlib.suppress(OSError):  # OUT may name a new folder; a file in its way is refused just below
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     check_writable(out, "OUT", force)
 

@@ -136,14 +136,20 @@ def _takes_one_value(hint) -> bool:
 CONFIG_FILE_OPTIONS = ("--job.config_file", "--job.config-file")
 
 
-def check_one_config_file(argv: list[str]) -> None:
-    """One recipe per run: torchtitan reads the first `--job.config_file` and would ignore a second
-    without a word (a run with settings nobody asked for)."""
+def config_files(argv: list[str]) -> list[str]:
+    """The recipes `argv` names with `--job.config_file` (either spelling, `=VALUE` or a separate value)."""
     given = []
     for i, arg in enumerate(argv):
         key, eq, value = arg.partition("=")
         if key in CONFIG_FILE_OPTIONS:
             given.append(value if eq else (argv[i + 1] if i + 1 < len(argv) else ""))
+    return given
+
+
+def check_one_config_file(argv: list[str]) -> None:
+    """One recipe per run: torchtitan reads the first `--job.config_file` and would ignore a second
+    without a word (a run with settings nobody asked for)."""
+    given = config_files(argv)
     if len(given) > 1:
         raise ConfigError(
             f"--job.config_file is given {len(given)} times ({', '.join(map(repr, given))}); a run reads one recipe: "

@@ -6,7 +6,7 @@ less room than a checkpoint takes) and removes the partial folder first."""
 
 from __future__ import annotations
 
-from ..errors import DiskFullError, free_bytes, size_text
+from ..errors import DiskFullError, space_note
 
 
 class CheckpointDiskFullError(DiskFullError):
@@ -14,12 +14,7 @@ class CheckpointDiskFullError(DiskFullError):
 
     def __init__(self, reason: str, step_dir: str, partial_removed: bool, needed: int | None, folder: str, newest):
         self.newest = newest
-        free = size_text(free_bytes(folder))
-        size = (
-            f"a checkpoint of this run takes {size_text(needed)} and {free} are free there"
-            if needed
-            else f"{free} are free there"
-        )
+        size = space_note(folder, needed, "a checkpoint of this run takes")
         kept = (
             f"the newest complete checkpoint is {folder}/step-{newest} and nothing older was deleted"
             if newest is not None

@@ -25,7 +25,6 @@ import fcntl
 import logging
 import os
 import shlex
-import signal
 import socket
 import sys
 
@@ -153,12 +152,9 @@ def interrupted_message(error, job_config, argv: list[str], world_size: int) -> 
     """A stop at once: a second Ctrl-C, or a signal before training (start-up). Names what was removed
     (a partial save) and the newest complete checkpoint with the command that resumes it."""
     from ..checkpoints import newest_complete_step
-    from ..errors import SIGNAL_NAMES
+    from ..errors import interrupted_line
 
-    signum = getattr(error, "signum", signal.SIGINT)
-    how = f"stopped at once by {SIGNAL_NAMES.get(signum, signum)}"
-    detail = getattr(error, "detail", None)
-    how += f"; {detail}" if detail else ""
+    how = interrupted_line(error, "stopped at once")
     if job_config is None:
         return f"{how} during start-up; nothing was trained or saved"
     folder = os.path.join(job_config.job.dump_folder, job_config.checkpoint.folder)
@@ -187,7 +183,7 @@ def forget_elastic_traceback() -> None:
 
 
 def main() -> int:
-    from ..errors import stop_at_once_on_signals
+    from ..errors import exit_status, stop_at_once_on_signals
 
     stop_at_once_on_signals()  # start-up: SIGTERM and Ctrl-C stop at once, in one line (the optimizers take over)
     logging.raiseExceptions = False  # a log file on a full disk (0.3's structured log): no traceback per record
@@ -200,7 +196,7 @@ def main() -> int:
     except KeyboardInterrupt as e:  # a signal before the optimizers exist, or a second Ctrl-C
         forget_elastic_traceback()
         message = interrupted_message(e, run.job_config, argv, world_size)
-        return run.fail(message, 128 + getattr(e, "signum", signal.SIGINT))
+        return run.fail(message, exit_status(e))
     except BrokenPipeError:  # `--help | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

@@ -10,19 +10,25 @@ from __future__ import annotations
 import torch
 
 from ..likelihood import ao_cross_entropy
-from .step_guard import StepGuard
 
 
-def build_ao_loss(job_config, guard: StepGuard, **kwargs):
-    """torchtitan `build_loss_fn`: the summed AO cross-entropy over the tokenizer's real vocabulary (the
-    head's padded rows get no mass), optionally compiled, recorded by `guard`."""
+def ao_loss_sum(tokenizer: str):
+    """The summed AO cross-entropy over `tokenizer`'s real vocabulary (the head's padded rows get no
+    mass): the loss of both torchtitan versions."""
     from ..data.tokenizer import load_tokenizer
 
-    vocab_size = load_tokenizer(job_config.aogpt.tokenizer).get_vocab_size()  # as model/args.py sets it
+    vocab_size = load_tokenizer(tokenizer).get_vocab_size()  # as model/args.py sets it
 
     def loss_fn(pred: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         return ao_cross_entropy(pred, labels, vocab_size)
 
+    return loss_fn
+
+
+def build_ao_loss(job_config, guard, **kwargs):
+    """torchtitan `build_loss_fn`: `ao_loss_sum`, optionally compiled, recorded by `guard` (the run's
+    step_guard.StepGuard)."""
+    loss_fn = ao_loss_sum(job_config.aogpt.tokenizer)
     if job_config.compile.enable and "loss" in job_config.compile.components:
         loss_fn = torch.compile(loss_fn, backend=job_config.compile.backend)
     guard.enabled = job_config.aogpt.nan_check

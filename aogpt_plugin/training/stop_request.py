@@ -18,7 +18,7 @@ import threading
 
 from ..errors import SIGNAL_NAMES, Interrupted
 
-__all__ = ["SIGNAL_NAMES", "Interrupted", "StopRequest", "StopRequested"]
+__all__ = ["StopRequest", "StopRequested"]
 
 
 class StopRequested(Exception):

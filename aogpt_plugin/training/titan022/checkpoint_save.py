@@ -1,7 +1,7 @@
 """aogpt's checkpoint save under torchtitan 0.2.2: its CheckpointManager's `save` wrapped once
 (`install`, called at registration) so that, for an aogpt run, the shared `save_recorded`
 (../checkpoint_save.py) writes each step folder's record, turns a requested stop into a complete
-checkpoint and StopRequested, and a full disk into one DiskFullError line.
+checkpoint and StopRequested, and a full disk into one CheckpointDiskFullError line.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import io
 import warnings
 
 from ...errors import ConfigError
-from ..config_checks import CUSTOM_CONFIG_MODULE, check_cli_args, unknown_toml_keys
+from ..config_checks import CUSTOM_CONFIG_MODULE, check_cli_args, config_files, unknown_toml_keys
 from ..console import box_message
 
 
@@ -57,8 +57,4 @@ def parse_job_config(argv: list[str]):
 
 
 def _config_file(argv: list[str]) -> str:
-    for i, arg in enumerate(argv):
-        key, eq, value = arg.partition("=")
-        if key in ("--job.config_file", "--job.config-file"):
-            return value if eq else argv[i + 1]
-    return "the TOML file"
+    return next(iter(config_files(argv)), "the TOML file")

@@ -12,12 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 from torchtitan.components.loss import BaseLoss
 from torchtitan.config import CompileConfig
 
-from ...data.tokenizer import load_tokenizer
-from ...likelihood import ao_cross_entropy
+from ..loss import ao_loss_sum
 from ..step_guard import StepGuard
 from .settings import HeldSettings
 
@@ -29,12 +27,7 @@ class AOLoss(BaseLoss):
 
     def __init__(self, config: Config, *, compile_config: CompileConfig | None = None, **unused):
         ao = config.settings.aogpt
-        vocab_size = load_tokenizer(ao.tokenizer).get_vocab_size()  # as model/args.py sets it
-
-        def fn(pred: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-            return ao_cross_entropy(pred, labels, vocab_size)
-
-        self.fn = fn
+        self.fn = ao_loss_sum(ao.tokenizer)
         self._maybe_compile(compile_config)
         self.guard = StepGuard()
         self.guard.enabled = ao.nan_check
