@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+HELPERS = ROOT / "tests" / "helpers"  # the programs a row runs to inject its fault (the tests run them too)
 sys.path.insert(0, str(ROOT))
 SHARED = ROOT.parent / "shared" / "data"
 DOCS = ROOT / "docs" / "reliability.md"
@@ -341,14 +342,12 @@ def rows(tmp: Path) -> list[tuple[str, str, str, str]]:
         f"{TRAIN} --job.config_file train_configs/aogpt_small.toml --job.dump_folder {{tmp}}/x",
         nothing_written(tmp / "x"),
     )
-    (tmp / "notitan").mkdir()
-    (tmp / "notitan" / "sitecustomize.py").write_text(HIDE_TORCHTITAN)
     for command in (f"{TRAIN} --job.dump_folder {{tmp}}/x", "aogpt train --help"):
         add(
             f"no torchtitan installed: `{command.split(' --job.config_file')[0]}`",
             command,
             nothing_written(tmp / "x"),
-            env={"PYTHONPATH": f"{tmp}/notitan{os.pathsep}{ROOT}"},
+            env={"PYTHONPATH": f"{HELPERS}/no_torchtitan{os.pathsep}{ROOT}"},
             display=f"(torchtitan hidden from the import system) {command.format(tmp='D')}",
         )
     corpus = tmp / "corpus.jsonl"
@@ -412,11 +411,10 @@ def rows(tmp: Path) -> list[tuple[str, str, str, str]]:
             setup=lambda command=command: small_disk(tmp / f"disk3{command}", "3m"),
             display=f"(D/disk is `mount -t tmpfs -o size=3m tmpfs D/disk`) aogpt {command} D/{what} D/disk/m",
         )
-    (tmp / "slow_save.py").write_text(SLOW_SAVE)
     for command, what, sig in (("convert", "conv/checkpoint", "INT"), ("export", "conv_model", "TERM")):
         add(
             f"{'Ctrl-C' if sig == 'INT' else 'SIGTERM'} while `aogpt {command}` writes",
-            f"python {{tmp}}/slow_save.py {command} {{tmp}}/{what} {{tmp}}/sig{command}/m 2> {{tmp}}/sig.log & P=$!; "
+            f"python {HELPERS}/slow_save_command.py {command} {{tmp}}/{what} {{tmp}}/sig{command}/m 2> {{tmp}}/sig.log & P=$!; "
             "for i in $(seq 600); do grep -q 'weights written' {tmp}/sig.log && break; sleep 0.1; done; "
             f"kill -{sig} $P; wait $P; S=$?; cat {{tmp}}/sig.log; exit $S",
             listing(tmp / f"sig{command}"),
@@ -540,11 +538,10 @@ def rows(tmp: Path) -> list[tuple[str, str, str, str]]:
         f"aogpt data prepare {HELDOUT} /dev/full",
         lambda: "refused before reading the source",
     )
-    (tmp / "slow_hub.py").write_text(SLOW_HUB)
     for sig in ("INT", "TERM"):
         add(
             f"{'Ctrl-C' if sig == 'INT' else 'SIGTERM'} during `aogpt data prepare`",
-            f"python {{tmp}}/slow_hub.py {{tmp}}/prep{sig}/out 2> {{tmp}}/prep.log & P=$!; "
+            f"python {HELPERS}/slow_hub_prepare.py {{tmp}}/prep{sig}/out 2> {{tmp}}/prep.log & P=$!; "
             "for i in $(seq 600); do grep -q 'documents read' {tmp}/prep.log && break; sleep 0.1; done; "
             f"kill -{sig} $P; wait $P; S=$?; cat {{tmp}}/prep.log; exit $S",
             listing(tmp / f"prep{sig}"),
@@ -604,50 +601,6 @@ def small_disk(path: Path, size: str) -> str | None:
         return "a tmpfs cannot be mounted (" + (proc.stderr.strip().splitlines() or ["mount failed"])[-1] + ")"
     MOUNTED.append(path)
     return None
-
-
-HIDE_TORCHTITAN = """import sys
-
-class _NoTorchtitan:
-    def find_spec(self, name, path=None, target=None):
-        if name == "torchtitan" or name.startswith("torchtitan."):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return None
-
-sys.meta_path.insert(0, _NoTorchtitan())
-"""
-
-SLOW_SAVE = """import sys, time
-import safetensors.torch
-from aogpt_plugin import cli
-
-save_file = safetensors.torch.save_file
-
-def slow_save_file(state, path, *args, **kwargs):
-    save_file(state, path, *args, **kwargs)
-    print("weights written", file=sys.stderr, flush=True)
-    time.sleep(60)
-
-safetensors.torch.save_file = slow_save_file
-sys.exit(cli.main(sys.argv[1:]))
-"""
-
-SLOW_HUB = """import sys, time
-from aogpt_plugin import cli
-from aogpt_plugin.data import prepare
-
-def slow_hub(source, revision):
-    def texts():
-        for i in range(10**6):
-            if i == 20:
-                print("20 documents read", file=sys.stderr, flush=True)
-            time.sleep(0.01)
-            yield f"document {i} " * 50
-    return texts(), "fake"
-
-prepare.prepare.__kwdefaults__["read_hub"] = slow_hub
-sys.exit(cli.main(["data", "prepare", "openwebtext", sys.argv[1], "--shard-docs", "5"]))
-"""
 
 
 def table(rows_: list[tuple[str, str, str, str]]) -> str:

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 import torch
-from conftest import tiny_model
+from conftest import ROOT, tiny_model
 
 from aogpt_plugin.convert import convert, infer_model_args
 from aogpt_plugin.errors import UserError
@@ -103,23 +103,6 @@ def test_a_real_full_disk_is_one_line_naming_the_bytes_and_leaves_nothing(tmp_pa
     assert err.rstrip().endswith("are free there; nothing was left behind") and os.listdir(disk) == []
 
 
-SLOW_SAVE = """
-import sys, time
-import safetensors.torch
-from aogpt_plugin import cli
-
-save_file = safetensors.torch.save_file
-
-def slow_save_file(state, path, *args, **kwargs):
-    save_file(state, path, *args, **kwargs)  # the temporary folder now holds the weights
-    print("weights written", file=sys.stderr, flush=True)
-    time.sleep(60)
-
-safetensors.torch.save_file = slow_save_file
-sys.exit(cli.main(sys.argv[1:]))
-"""
-
-
 @pytest.mark.parametrize(("command", "signum"), [("convert", signal.SIGINT), ("export", signal.SIGTERM)])
 def test_a_signal_while_writing_is_one_line_and_removes_the_temporary(tmp_path, command, signum):
     """Reported: Ctrl-C during `aogpt convert`/`export` printed a KeyboardInterrupt traceback."""
@@ -127,7 +110,13 @@ def test_a_signal_while_writing_is_one_line_and_removes_the_temporary(tmp_path, 
     out = tmp_path / "out" / "m"
     (tmp_path / "out").mkdir()
     proc = subprocess.Popen(
-        [sys.executable, "-c", SLOW_SAVE, command, str(tmp_path / "ckpt"), str(out)],
+        [
+            sys.executable,
+            str(ROOT / "tests" / "helpers" / "slow_save_command.py"),
+            command,
+            str(tmp_path / "ckpt"),
+            str(out),
+        ],
         stderr=subprocess.PIPE,
         text=True,
     )

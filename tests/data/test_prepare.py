@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import SHARED_DATA, debug_train_args, error_lines, launch_train
+from conftest import ROOT, SHARED_DATA, debug_train_args, error_lines, launch_train
 
 from aogpt_plugin.cli import main
 from aogpt_plugin.data.manifest import MANIFEST
@@ -264,25 +264,6 @@ def test_a_real_full_disk_is_one_line_and_leaves_no_temporary(small_disk, tmp_pa
     assert os.listdir(disk) == []
 
 
-SLOW_HUB = """
-import sys, time
-from aogpt_plugin import cli
-from aogpt_plugin.data import prepare
-
-def slow_hub(source, revision):
-    def texts():
-        for i in range(10**6):
-            if i == 20:
-                print("20 documents read", file=sys.stderr, flush=True)
-            time.sleep(0.01)
-            yield f"document {i} " * 50
-    return texts(), "fake"
-
-prepare.prepare.__kwdefaults__["read_hub"] = slow_hub  # a hub that streams for minutes
-sys.exit(cli.main(["data", "prepare", "openwebtext", sys.argv[1], "--shard-docs", "5"]))
-"""
-
-
 @pytest.mark.parametrize("signum", [2, 15])
 def test_ctrl_c_or_sigterm_while_preparing_is_one_line_and_removes_the_temporary(tmp_path, signum):
     """Reported: Ctrl-C printed a KeyboardInterrupt traceback; SIGTERM printed nothing and left the
@@ -290,7 +271,12 @@ def test_ctrl_c_or_sigterm_while_preparing_is_one_line_and_removes_the_temporary
     import signal
 
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-c", SLOW_HUB, str(out)], stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "helpers" / "slow_hub_prepare.py"), str(out)],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
     for line in proc.stderr:
         if line.startswith("20 documents read"):
             break

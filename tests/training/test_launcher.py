@@ -13,20 +13,6 @@ from conftest import ROOT
 
 from aogpt_plugin.training.versions import TORCHTITAN_MISSING
 
-HIDE_TORCHTITAN = '''
-import sys
-
-class _NoTorchtitan:
-    """torchtitan, as in a Python where the training extra was never installed."""
-
-    def find_spec(self, name, path=None, target=None):
-        if name == "torchtitan" or name.startswith("torchtitan."):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return None
-
-sys.meta_path.insert(0, _NoTorchtitan())
-'''
-
 
 def _run(command: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
     bin_dir = str(Path(sys.executable).parent)
@@ -45,8 +31,7 @@ def _run(command: list[str], env: dict | None = None) -> subprocess.CompletedPro
 def test_without_torchtitan_training_names_the_extras_to_install(tmp_path, command):
     """Reported: a 35-line `ModuleNotFoundError: No module named 'torchtitan'`, also for `aogpt train --help`.
     torchtitan is hidden from the import system (a sitecustomize on PYTHONPATH), as if never installed."""
-    (tmp_path / "sitecustomize.py").write_text(HIDE_TORCHTITAN)
-    proc = _run(command, {"PYTHONPATH": str(tmp_path)})
+    proc = _run(command, {"PYTHONPATH": str(ROOT / "tests" / "helpers" / "no_torchtitan")})
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stderr.splitlines() == [f"error: {TORCHTITAN_MISSING}"]
     assert (
