@@ -45,11 +45,6 @@ def input_errors():
         raise InputError(str(e)) from None
 
 
-def _keyword(option: str) -> str:
-    """How the API names an option in a message: as the keyword the caller wrote."""
-    return option
-
-
 def _integers(value, name: str, expected: str, held: str) -> torch.Tensor:
     """`value` (a tensor or nested lists) as an integer tensor, or one InputError naming `name`."""
     if not isinstance(value, torch.Tensor):
@@ -358,11 +353,11 @@ class LoadedModel:
         Returns a PerplexityReport: `.nll` (nats per token), `.ppl`, `.final` (with its standard
         errors), `.estimates` and `.bits_per_byte` per ensemble size, `.per_chunk_nll` (C, K)."""
         from .eval.benchmarks import pack_documents
-        from .eval.perplexity import perplexity_report
+        from .eval.perplexity import perplexity_report, score_chunks
         from .eval.ppl_command import check_options, chunk_length
 
         with input_errors():
-            check_options(order, orders, ensemble, max_chunks, seq_len, batch_size, spell=_keyword)
+            check_options(order, orders, ensemble, max_chunks, seq_len, batch_size, spell=str)
             tokenizer = self.tokenizer
             if tokenizer.get_vocab_size() != self.model_args.vocab_size:  # its text is not this model's
                 self.config.build_tokenizer(self._tokenizer_dir, check_vocab=True)  # raises, naming both
@@ -370,7 +365,7 @@ class LoadedModel:
             if isinstance(texts, (list, tuple)) and not texts:
                 raise InputError("texts_or_tokens is empty; allowed: documents (strings) or token chunks (C, n)")
             if isinstance(texts, (list, tuple)) and texts and all(isinstance(t, str) for t in texts):
-                n = chunk_length(seq_len, self.model_args.max_seq_len, self.source, spell=_keyword)
+                n = chunk_length(seq_len, self.model_args.max_seq_len, self.source, spell=str)
                 packed = pack_documents(list(texts), tokenizer, n)
                 if packed.num_chunks == 0:
                     raise InputError(f"the texts have {packed.tokens} tokens, fewer than one chunk of seq_len {n}")
@@ -381,14 +376,6 @@ class LoadedModel:
                     raise InputError(
                         f"seq_len {seq_len} differs from the chunks' length {chunks.shape[1]}; leave it out"
                     )
-        return perplexity_report(
-            self.module,
-            chunks[:max_chunks],
-            tokenizer.byte_lengths(),
-            order,
-            orders=orders,
-            ensemble=ensemble,
-            seed=seed,
-            batch_size=batch_size,
-            progress=progress,
-        )
+        chunks = chunks[:max_chunks]
+        scores = score_chunks(self.module, chunks, order, orders, ensemble, seed, batch_size, progress)
+        return perplexity_report(scores, chunks, tokenizer.byte_lengths())

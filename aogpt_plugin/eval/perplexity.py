@@ -143,21 +143,16 @@ class PerplexityReport:
         return self.scores.per_draw_nll[:, :, -1]
 
 
-def perplexity_report(
-    model,
-    chunks: torch.Tensor,
-    byte_lengths: torch.Tensor,
-    order: str,
-    orders: int = 1,
-    ensemble: int = 1,
-    seed: int = 0,
-    batch_size: int = 8,
-    progress: bool = False,
-) -> PerplexityReport:
-    """Score `chunks` (C, n) as `aogpt eval ppl` does; `byte_lengths` (the tokenizer's, per id) gives
-    bits per byte (models with different tokenizers compare; EOS adds NLL but no bytes)."""
-    scores = score_chunks(model, chunks, order, orders, ensemble, seed, batch_size, progress)
+def perplexity_report(scores: ChunkScores, chunks: torch.Tensor, byte_lengths: torch.Tensor) -> PerplexityReport:
+    """What `aogpt eval ppl` reports of `chunks` (C, n) scored by `score_chunks`; `byte_lengths` (the
+    tokenizer's, per id) gives bits per byte."""
     estimates = scores.estimates()
-    text_bytes = int(byte_lengths[chunks].sum())
-    bits = {size: e.nll * chunks.numel() / (math.log(2) * text_bytes) for size, e in estimates.items()}
-    return PerplexityReport(scores, estimates, bits, text_bytes)
+    bits = {size: bits_per_byte(e.nll, chunks, byte_lengths) for size, e in estimates.items()}
+    return PerplexityReport(scores, estimates, bits, int(byte_lengths[chunks].sum()))
+
+
+def bits_per_byte(nll: float, scored: torch.Tensor, byte_lengths: torch.Tensor) -> float:
+    """A mean NLL per token of the ids `scored` spread over the UTF-8 bytes they spell, in bits: models
+    with different tokenizers compare (EOS adds NLL but no bytes). NaN when they spell no byte."""
+    text_bytes = int(byte_lengths[scored].sum())
+    return nll * scored.numel() / (math.log(2) * text_bytes) if text_bytes else math.nan

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from collections.abc import Callable
@@ -77,7 +76,7 @@ def check_args(args) -> None:
 
 def run(args) -> int:
     from ..model_dir import load_model_dir, read_config
-    from .perplexity import perplexity_report
+    from .perplexity import perplexity_report, score_chunks
 
     started = time.perf_counter()
     say = Reporter(args.json)
@@ -110,17 +109,9 @@ def run(args) -> int:
         f"order {args.order}, K={args.orders} orders/chunk, M={args.ensemble}, seed {args.seed}, "
         f"{args.dtype} on {device}"
     )
-    report = perplexity_report(
-        model,
-        chunks,
-        tokenizer.byte_lengths(),
-        args.order,
-        orders=args.orders,
-        ensemble=args.ensemble,
-        seed=args.seed,
-        batch_size=args.batch_size,
-        progress=not args.no_progress and sys.stderr.isatty(),
-    )
+    progress = not args.no_progress and sys.stderr.isatty()
+    scores = score_chunks(model, chunks, args.order, args.orders, args.ensemble, args.seed, args.batch_size, progress)
+    report = perplexity_report(scores, chunks, tokenizer.byte_lengths())
     seconds = time.perf_counter() - started
     estimates, bits_per_byte, text_bytes = report.estimates, report.bits_per_byte, report.text_bytes
     for size, e in estimates.items():
@@ -180,7 +171,7 @@ def run_hf(args, say, started: float) -> int:
     import torch
 
     from ..data.tokenizer import TiktokenTokenizer
-    from .perplexity import estimate
+    from .perplexity import bits_per_byte, estimate
     from .scorers import HFScorer, check_scorer_arg, hf_config_positions
 
     if args.order != "l2r" or args.ensemble > 1:
@@ -210,10 +201,10 @@ def run_hf(args, say, started: float) -> int:
         per_chunk[start : start + len(batch), 0] = sums / counts
     e = estimate(per_chunk, deterministic=True)
     scored = chunks[:, 1:]
-    text_bytes = int(tokenizer.byte_lengths()[scored].sum())
-    bits_per_byte = e.nll * scored.numel() / (math.log(2) * text_bytes)
+    byte_lengths = tokenizer.byte_lengths()
+    bits, text_bytes = bits_per_byte(e.nll, scored, byte_lengths), int(byte_lengths[scored].sum())
     seconds = time.perf_counter() - started
-    say(f"M=1    ppl {e.ppl:.4f}  nll {e.nll:.5f} nats/token  {bits_per_byte:.4f} bits/byte  {_se_text(e)}")
+    say(f"M=1    ppl {e.ppl:.4f}  nll {e.nll:.5f} nats/token  {bits:.4f} bits/byte  {_se_text(e)}")
     say(f"time {seconds:.1f} s")
     if args.json:
         print_json(
@@ -235,7 +226,7 @@ def run_hf(args, say, started: float) -> int:
                 "dtype": args.dtype,
                 "device": str(device),
                 **e.as_dict(),
-                "bits_per_byte": bits_per_byte,
+                "bits_per_byte": bits,
                 "text_bytes": text_bytes,
                 "seconds": round(seconds, 3),
             }

@@ -104,3 +104,13 @@ def test_random_orders_are_permutations_fixed_by_seed_chunk_and_draw():
     assert torch.equal(a, base_order("random", 50, seed=0, chunk=7, draw=2))
     others = [base_order("random", 50, 1, 7, 2), base_order("random", 50, 0, 8, 2), base_order("random", 50, 0, 7, 3)]
     assert all(not torch.equal(a, b) for b in others)
+
+
+def test_bits_per_byte_spreads_the_nll_over_the_bytes_and_is_nan_without_any():
+    import math
+
+    from aogpt_plugin.eval.perplexity import bits_per_byte
+
+    lengths = torch.tensor([0, 2, 3])  # id 0 spells no byte (an EOS)
+    assert bits_per_byte(1.0, torch.tensor([[1, 2, 0]]), lengths) == pytest.approx(3 / (math.log(2) * 5))
+    assert math.isnan(bits_per_byte(1.0, torch.tensor([[0, 0]]), lengths))
