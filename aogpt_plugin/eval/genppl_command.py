@@ -126,24 +126,37 @@ def _check_sampling_args(args) -> None:
 
 
 def sample_from_model(args, device, say):
-    """Draw --num-samples samples with aogpt_plugin.sampler, --batch-size at a time (batch b seeded (seed, b))."""
-    from ..model_dir import load_model_dir
-    from ..sampler import SampleConfig, SamplingParams, generate, samples_record
-    from ..sampler.generation import speculative_generate
+    """Draw --num-samples samples with aogpt_plugin.sampler, --batch-size at a time (batch b seeded (seed, b)),
+    through the sampler's one request path (sampler/request.py), checked before the weights load."""
+    import dataclasses
+
+    from ..model_dir import load_model_dir, read_config
+    from ..sampler import samples_record
+    from ..sampler.request import SampleRequest, run_plan
     from ..seeding import stream_seed
     from .samples import Sample, SampleSet
 
+    request = SampleRequest(
+        num_samples=min(args.batch_size, args.num_samples),
+        length=args.length,
+        steps=args.steps,
+        order=args.sample_order,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        speculative=args.speculative,
+        seed=args.seed,
+        graphs=args.graphs,
+    )
+    plan = request.plan(read_config(args.model).model_args, encode=None)  # no prompt: nothing to tokenize
     model_dir = load_model_dir(args.model, device, resolve_dtype(args.dtype), verify=args.verify)
     tokenizer = model_dir.tokenizer(check_vocab=False)
-    length = args.length or model_dir.args.max_seq_len
-    steps = args.steps or length
-    params = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k)
     settings = {
         "model": args.model,
         "weights": model_dir.config.weights,
         "step": model_dir.config.step,
-        "length": length,
-        "steps": steps,
+        "length": plan.config.length,
+        "steps": plan.config.steps,
         "order": args.sample_order,
         "temperature": args.temperature,
         "top_p": args.top_p,
@@ -156,21 +169,14 @@ def sample_from_model(args, device, say):
     say(f"sampling {args.num_samples} samples from {args.model}: " + ", ".join(f"{k} {v}" for k, v in settings.items()))
     samples, forwards = [], 0
     for batch, start in enumerate(range(0, args.num_samples, args.batch_size)):
-        config = SampleConfig(
-            length=length,
-            steps=steps,
+        config = dataclasses.replace(
+            plan.config,
             num_samples=min(args.batch_size, args.num_samples - start),
-            order=args.sample_order,
-            sampling=params,
             seed=stream_seed("sample_batch", args.seed, batch),
-            graphs=args.graphs,
         )
-        if args.speculative is None:
-            result = generate(model_dir.model, config)
-        else:
-            result, _ = speculative_generate(model_dir.model, config, args.speculative)
-        forwards += result.forward_passes
-        samples += [Sample(tokens=row, text=tokenizer.decode(row)) for row in result.tokens.tolist()]
+        drawn = run_plan(model_dir.model, dataclasses.replace(plan, config=config), tokenizer.decode)
+        forwards += drawn.result.forward_passes
+        samples += [Sample(tokens=row, text=text) for row, text in zip(drawn.tokens.tolist(), drawn.texts, strict=True)]
     del model_dir
     settings["forward_passes"] = forwards  # over all batches
     if args.save_samples:
