@@ -324,8 +324,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             text = sys.stdin.read() if name == "-" else open(name, encoding="utf-8").read()
             result = json.loads(text.strip().splitlines()[-1])
+            if not isinstance(result, dict):
+                raise ValueError(f"its last line holds a JSON {type(result).__name__}, not an object")
             section_of(result)[-1](result)
-        except (OSError, ValueError, KeyError, IndexError) as e:
+        except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
             print(
                 f"error: {name!r} is not an `aogpt bench sampler/train --json` result ({type(e).__name__}: {e})",
                 file=sys.stderr,

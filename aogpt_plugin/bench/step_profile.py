@@ -131,14 +131,20 @@ def summarise(works: Sequence[Work], windows: Sequence[tuple[float, float]], dev
 
 def _ancestors(event, loss_nodes: set[tuple[int, int]]) -> list[str]:
     """The host ranges around `event`, innermost first; a backward node of an op recorded inside
-    `aogpt.loss` (same forward thread and autograd sequence number) counts as inside it too."""
-    out, parent = [], event.cpu_parent
+    `aogpt.loss` (same forward thread and autograd sequence number), the event itself or a range
+    around it, counts as inside it too."""
+    out = [LOSS_RANGE] if _in_loss_backward(event, loss_nodes) else []
+    parent = event.cpu_parent
     while parent is not None:
         out.append(parent.name)
-        if parent.sequence_nr >= 0 and (parent.fwd_thread, parent.sequence_nr) in loss_nodes:
+        if _in_loss_backward(parent, loss_nodes):
             out.append(LOSS_RANGE)
         parent = parent.cpu_parent
     return out
+
+
+def _in_loss_backward(event, loss_nodes: set[tuple[int, int]]) -> bool:
+    return event.sequence_nr >= 0 and (event.fwd_thread, event.sequence_nr) in loss_nodes
 
 
 def loss_autograd_nodes(events) -> set[tuple[int, int]]:
@@ -166,8 +172,6 @@ def cpu_works(events) -> list[Work]:
         ancestors = _ancestors(e, loss_nodes)
         if STEP_RANGE not in ancestors:
             continue
-        if e.sequence_nr >= 0 and (e.fwd_thread, e.sequence_nr) in loss_nodes:
-            ancestors.insert(0, LOSS_RANGE)  # a backward node's own self time
         works.append(Work(e.name, category_of(e.name, ancestors), max(0.0, e.self_cpu_time_total)))
     return works
 

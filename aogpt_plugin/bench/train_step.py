@@ -66,8 +66,9 @@ def add_to(subparsers) -> None:
     p.add_argument(
         "--profile",
         action="store_true",
-        help="instead of timing rounds, profile --steps steps per variant after the warm-up and summarise them "
-        "by kernel category (matmul, attention, loss, elementwise/norm, optimizer, communication, idle)",
+        help="instead of timing rounds (--rounds does not apply), profile --steps steps per variant after the "
+        "warm-up and summarise them by kernel category (matmul, attention, loss, elementwise/norm, optimizer, "
+        "communication, idle)",
     )
     p.add_argument("--profile-trace", default=None, metavar="DIR", help="with --profile: Chrome traces to DIR")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -89,6 +90,8 @@ def check_args(args) -> list[str]:
         raise UserError(f"--loss-chunk-rows {args.loss_chunk_rows} must be >= 0 (0: the whole batch at once)")
     if args.profile_trace and not args.profile:
         raise UserError("--profile-trace needs --profile")
+    if args.profile and args.compile and args.warmup < 1:
+        raise UserError("--profile with --compile needs --warmup >= 1 (else it profiles the compilation)")
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     bad = [v for v in variants if v not in VARIANTS]
     if bad or not variants:

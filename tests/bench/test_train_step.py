@@ -88,6 +88,7 @@ def test_compile_takes_blocks_by_default_or_the_whole_model():
         (["--batch", "0"], "--batch 0 must be >= 1"),
         (["--loss-chunk-rows", "-1"], "--loss-chunk-rows -1 must be >= 0"),
         (["--profile-trace", "/tmp/x"], "--profile-trace needs --profile"),
+        (["--profile", "--compile", "--warmup", "0"], "--profile with --compile needs --warmup >= 1"),
     ],
 )
 def test_bad_arguments_are_one_line_errors(argv, message):

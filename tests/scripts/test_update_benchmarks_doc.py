@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+import pytest
 from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -156,3 +157,15 @@ def test_a_profile_run_gets_one_row_with_every_category_per_variant():
     text = update_text("", result)
     assert PROFILE_START in text
     assert "| ar / ao | 50.00 / 52.00 | 50.0% / 45.0% | 10.0% / 10.0% | 10.0% / 10.0% | 15.0% / 20.0% |" in text
+
+
+@pytest.mark.parametrize("content", ["[1]", "3", '{"command": "x"}', "not json"])
+def test_a_file_that_is_no_bench_result_is_one_line(tmp_path, capsys, content):
+    from update_benchmarks_doc import main
+
+    (tmp_path / "r.json").write_text(content)
+    docs = tmp_path / "bench.md"
+    assert main([str(tmp_path / "r.json"), "--docs", str(docs)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "is not an `aogpt bench" in err[0]
+    assert not docs.exists()
