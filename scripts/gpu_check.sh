@@ -18,10 +18,12 @@
 # fit one 10-minute call; parts: tests, train_bench, train_profile, first_steps (the group `training` = these
 # three: at most 9 minutes, `GPU_CHECK_PARTS=training`), `bench` (every bench but the graphed sampler's:
 # train_bench, train_profile and the dynamic sampler's), `sampler` and `sampler_compile`.
+# GPU_CHECK_TRAIN_FLAVORS="small" limits the training benches to those flavors (default: small medium).
 # The sampler part (issue 33; at most 7 minutes on one H100, each step under its own timeout): the CUDA tests of
 # the graphed static step (tests/gpu/test_graphed_sampler.py), then `aogpt bench sampler --graphs on` for small at
-# n=1024 with batch 1 and 32 and at n=256 with batch 32; sampler_compile (at most 3.5 minutes): `--graphs compile
-# --T n` at n=1024, batch 32:
+# n=1024 with batch 1 and 32 (each with --step-profile: the kernels of 8 replayed T=n steps, OUTDIR/step_profile_*.json)
+# and at n=256 with batch 32; sampler_compile (at most 3.5 minutes): `--graphs compile --T n` at n=1024, batch 32,
+# with its --step-profile too:
 #   GPU_CHECK_PARTS="sampler sampler_compile" bash scripts/gpu_check.sh "$OUT"
 #   python scripts/update_benchmarks_doc.py OUT/bench_graphs_*.json
 set -uo pipefail
@@ -85,6 +87,11 @@ else
     PROFILE_FLAVOR=debugmodel PROFILE_SIZE="--seq-len 32 --batch 2 --steps 2 --warmup 1" PROFILE_SECONDS=300
     FIRST_RECIPE=aogpt_debug FIRST_BATCH=8 FIRST_STEPS=2 FIRST_LOG=1 FIRST_SECONDS=300
 fi
+if [ -n "${GPU_CHECK_TRAIN_FLAVORS:-}" ]; then  # e.g. "small": the benches of those flavors only
+    wanted=" $GPU_CHECK_TRAIN_FLAVORS " kept=()
+    for f in "${TRAIN_FLAVORS[@]}"; do [[ "$wanted" == *" ${f%:*} "* ]] && kept+=("$f"); done
+    TRAIN_FLAVORS=("${kept[@]}")
+fi
 export TORCH_LOGS=${TORCH_LOGS:-graph_breaks}  # a graph break in the compiled step shows in the log
 if want train_bench training bench; then
     for flavor_seconds in "${TRAIN_FLAVORS[@]}"; do
@@ -105,16 +112,19 @@ if [ "$MODE" = gpu ]; then
     want bench && for batch in 1 8 32; do
         step "bench_sampler_b$batch" sh -c "$AOGPT_Q bench sampler --flavor small --n 256 --batch $batch --repeats 3 --json > $OUT/bench_sampler_b$batch.json"
     done
-    # The sampler part (issue 33): 180+60+120+50 s of timeouts (+5 s grace each) = 7 minutes at most;
+    # The sampler part (issue 33): 150+70+150+50 s of timeouts (+5 s grace each) = 7.3 minutes at most (on an
+    # H200, 2026-11-27: 85 s of tests, 32 s for batch 1; batch 32 needs about 130 s, 70 of them the encoder);
     # sampler_compile (inductor's step, compiled for AO, AR and the encoder): 200 s more.
-    want sampler && timed pytest_graphed 180 "$PY" -m pytest -m gpu tests/gpu/test_graphed_sampler.py -q -p no:cacheprovider --junitxml "$OUT/pytest_graphed.xml"
-    for run in "sampler 1024 1 60 on all" "sampler 1024 32 120 on all" "sampler 256 32 50 on all" "sampler_compile 1024 32 200 compile n"; do
-        read -r part n batch seconds graphs tvalues <<< "$run"
+    want sampler && timed pytest_graphed 150 "$PY" -m pytest -m gpu tests/gpu/test_graphed_sampler.py -q -p no:cacheprovider --junitxml "$OUT/pytest_graphed.xml"
+    for run in "sampler 1024 1 70 on all profile" "sampler 1024 32 150 on all profile" "sampler 256 32 50 on all -" \
+        "sampler_compile 1024 32 200 compile n profile"; do
+        read -r part n batch seconds graphs tvalues profile <<< "$run"
         name="bench_graphs_${graphs}_n${n}_b${batch}"
-        want "$part" && timed "$name" "$seconds" sh -c "$AOGPT_Q bench sampler --flavor small --n $n --batch $batch --repeats 2 --graphs $graphs --T $tvalues --json > $OUT/$name.json"
+        extra=$([ "$profile" = profile ] && echo "--step-profile $OUT/step_profile_${graphs}_n${n}_b${batch}.json")
+        want "$part" && timed "$name" "$seconds" sh -c "$AOGPT_Q bench sampler --flavor small --n $n --batch $batch --repeats 2 --graphs $graphs --T $tvalues $extra --json > $OUT/$name.json"
     done
 else
-    want sampler && step bench_graphs_cpu sh -c "$AOGPT_Q bench sampler --flavor debugmodel --n 16 --batch 2 --repeats 1 --graphs static --json > $OUT/bench_graphs_static_cpu.json"
+    want sampler && step bench_graphs_cpu sh -c "$AOGPT_Q bench sampler --flavor debugmodel --n 16 --batch 2 --repeats 1 --graphs static --step-profile $OUT/step_profile_cpu.json --json > $OUT/bench_graphs_static_cpu.json"
     step bench_sampler_cpu sh -c "$AOGPT_Q bench sampler --flavor debugmodel --n 16 --batch 1 --repeats 2 --json > $OUT/bench_sampler_b1.json"
 fi
 
@@ -146,6 +156,11 @@ for path in sorted(glob.glob(os.path.join(out, "bench_*.json"))):
         summary["benches"][os.path.basename(path)[:-5]] = json.loads(open(path).read().strip().splitlines()[-1])
     except (ValueError, IndexError):
         summary["benches"][os.path.basename(path)[:-5]] = None
+summary["step_profiles"] = {}  # the kernels of the sampler's replayed steps, per step (bench/decode_profile.py)
+for path in sorted(glob.glob(os.path.join(out, "step_profile_*.json"))):
+    profile = json.load(open(path))
+    keys = ("wall_us_per_step", "busy_us_per_step", "idle_us_per_step", "host_us_per_step", "launches_per_step")
+    summary["step_profiles"][os.path.basename(path)[:-5]] = {k: profile[k] for k in keys}
 summary["ok"] = all(s["rc"] == 0 for s in steps) and all(v is not None for v in summary["benches"].values())
 json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=1)
 print(f"summary: mode {mode}, ok {summary['ok']}, {len(steps)} steps -> {os.path.join(out, 'summary.json')}")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import statistics
 import sys
 from typing import TYPE_CHECKING
@@ -55,6 +56,14 @@ def add_to(subparsers) -> None:
     p.add_argument(
         "--T", dest="t_values", choices=("all", "n"), default="all", help="step counts timed: n, n/4, n/16 (all) or n"
     )
+    p.add_argument(
+        "--step-profile",
+        default=None,
+        metavar="FILE",
+        help="also profile AO decode steps at T=n from the middle of a generation (with --graphs on|compile|static: "
+        "replayed as the timed runs replay them) and write their kernels, launches and microseconds per step to "
+        "FILE (JSON; bench/decode_profile.py)",
+    )
     add_verify_arg(p)
     p.add_argument(
         "--json", action="store_true", help="print one JSON object (scripts/update_benchmarks_doc.py reads it)"
@@ -87,6 +96,12 @@ def check_args(args) -> None:
         raise UserError(f"--threads {args.threads} must be >= 1")
     if args.repeats < 1:
         raise UserError(f"--repeats {args.repeats} must be >= 1")
+    if args.step_profile is not None:
+        if args.n < 2:
+            raise UserError(f"--step-profile needs --n >= 2 (a step before the profiled ones); got --n {args.n}")
+        folder = os.path.dirname(os.path.abspath(args.step_profile))
+        if not os.path.isdir(folder):
+            raise UserError(f"--step-profile {args.step_profile!r}: folder {folder} does not exist")
 
 
 def build_decoder(flavor: str, conditioning: str, device, dtype) -> AOGPT:
@@ -145,12 +160,14 @@ def run_bench(
     speculative: int | str | None = None,
     graphs: str = "off",
     t_values: str = "all",
+    profile_steps: int = 0,
 ) -> dict:
     """Median timings (seconds) over `repeats` interleaved rounds, forward-pass counts, and the
     headline ratios. `linears` is a resolved kernel (aten | onednn, see sampler.decoder.resolve_linear_kernel).
     `model` (trained weights) replaces the flavor's random AO and AR models and drops the encoder.
     `graphs` (a resolved mode) applies to all three alike: with it on, AR decoding is the AO sampler's
-    static step at T=n with the identity order on the conditioning-free backbone."""
+    static step at T=n with the identity order on the conditioning-free backbone. `profile_steps` > 0 (a
+    static `graphs` mode) adds "step_profile": that many AO decode steps at T=n profiled (decode_profile.py)."""
     from ..sampler.generation import SampleConfig, generate, noise_generator, speculative_generate
     from .baselines import ar_generate, build_encoder_mdm, encoder_generate
 
@@ -206,6 +223,12 @@ def run_bench(
         rounds.append(times)
     summary = summarize(rounds, n)
     med = summary["median_seconds"]
+    profiled = {}
+    if profile_steps:
+        from .decode_profile import profile_decode_steps
+
+        _log(f"  profiling {profile_steps} AO decode steps at T={n}")
+        profiled["step_profile"] = profile_decode_steps(ao, SampleConfig(steps=n, **common), profile_steps)
     return {
         "flavor": flavor,
         "n": n,
@@ -245,7 +268,25 @@ def run_bench(
             if speculative is not None
             else {}
         ),
+        **profiled,
     }
+
+
+PROFILED_STEPS = 8  # decode steps in a --step-profile window: a step is 0.1-15 ms, so the window stays short
+
+
+def write_step_profile(path: str, result: dict) -> None:
+    """The full profile to `path` (JSON, with its text table); the bench's own result keeps the per-step totals."""
+    from ..temporaries import write_file
+    from .decode_profile import format_kernels
+
+    profile = result.pop("step_profile")
+    table = format_kernels(profile)
+    meta = {k: result[k] for k in ("flavor", "n", "batch", "dtype", "backend", "linears", "graphs")}
+    data = json.dumps({**meta, **profile, "table": table}, indent=1) + "\n"
+    write_file(path, data.encode(), f"--step-profile {path!r}")
+    result["step_profile"] = {"path": path, **{k: v for k, v in profile.items() if k != "kernels"}}
+    _log("\n".join(table))
 
 
 def command_line(argv: list[str]) -> str:
@@ -265,6 +306,11 @@ def run(args) -> int:
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype or ("bfloat16" if device.type == "cuda" else "float32"))
     graphs = resolve_graphs(args.graphs, device)
+    if args.step_profile is not None and graphs == "off":
+        raise UserError(
+            f"--step-profile profiles the static step; --graphs {args.graphs} runs the dynamic sampler on "
+            f"{device.type}; allowed with it: on, compile, static"
+        )
     wanted = step_linears(graphs, device, args.backend, args.linears)
     linears = resolve_linear_kernel(wanted, device, dtype)  # a bad combination fails before any model is built
     model = None
@@ -283,7 +329,10 @@ def run(args) -> int:
         args.speculative,
         graphs,
         args.t_values,
+        PROFILED_STEPS if args.step_profile is not None else 0,
     )
+    if args.step_profile is not None:
+        write_step_profile(args.step_profile, result)
     source = f"--model {args.model}" if args.model else f"--flavor {args.flavor}"
     argv = [source, f"--n {args.n}", f"--batch {args.batch}", f"--repeats {args.repeats}"]
     if args.speculative is not None:
@@ -300,6 +349,8 @@ def run(args) -> int:
         argv.append(f"--graphs {args.graphs}")
     if args.t_values != "all":
         argv.append(f"--T {args.t_values}")
+    if args.step_profile is not None:
+        argv.append(f"--step-profile {args.step_profile}")
     if args.threads is not None:
         argv.append(f"--threads {args.threads}")
     if args.json:

@@ -74,7 +74,7 @@ class Work:
     end_us: float = 0.0
 
 
-def _union_us(intervals: Iterable[tuple[float, float]]) -> float:
+def union_us(intervals: Iterable[tuple[float, float]]) -> float:
     total, reach = 0.0, None
     for start, end in sorted(intervals):
         if reach is None or start > reach:
@@ -109,7 +109,7 @@ def summarise(works: Sequence[Work], windows: Sequence[tuple[float, float]], dev
         per_category[w.category] += busy
         names[w.category][w.name] += busy
     total = sum(per_category.values())
-    covered = _union_us(spans) if device_timeline else total
+    covered = union_us(spans) if device_timeline else total
     per_category["idle"] = max(0.0, wall - covered)
     ms = lambda us: round(us / 1000 / steps, 4)  # noqa: E731
     return {

@@ -53,7 +53,8 @@ class Attention(nn.Module):
         qkv = self.wqkv(x).view(bsz, slots, 3, self.n_heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, H, S, Dh)
         q, k = self.q_norm(q), self.k_norm(k)
-        y = (attend or causal_attend)(q, k, v)
+        # `is None`, not `or`: Dynamo 2.11 cannot take the truthiness of a closure (a graph break)
+        y = (causal_attend if attend is None else attend)(q, k, v)
         return self.wo(y.transpose(1, 2).reshape(bsz, slots, dim))
 
 

@@ -37,6 +37,20 @@ from .options import BACKENDS, LINEAR_KERNELS
 
 _compiled_flex: dict[bool, object] = {}
 
+# Dynamo keeps one cache per code object, and every compiled flex wrapper of the process shares
+# flex_attention's: a static step adds an entry per (batch, width) shape, the dynamic sampler a few more.
+# A code object past `recompile_limit` (8 by default) runs eagerly from then on, and eager flex cannot be
+# captured in a CUDA graph (it copies a host scalar), so one long process (an eval, a test session) that
+# sampled many shapes failed its next capture. The limits are raised, never lowered, before a first compile.
+RECOMPILE_LIMIT = 64
+
+
+def raise_compile_limits() -> None:
+    """Room for a compiled graph per step shape (the sampler's and flex's), process-wide."""
+    config = torch._dynamo.config
+    config.recompile_limit = max(config.recompile_limit, RECOMPILE_LIMIT)
+    config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, 4 * RECOMPILE_LIMIT)
+
 
 def compiled_flex_attention(static: bool = False):
     """The compiled flex instances of the process, one per kind. dynamic=True (the dynamic sampler):
@@ -44,9 +58,10 @@ def compiled_flex_attention(static: bool = False):
     inductor pick the FlexDecoding kernel for short queries (the static step has few shapes).
 
     Every `torch.compile(flex_attention)` wrapper shares the code cache and eats into
-    `recompile_limit`, so there is one of each (as torchtitan does).
+    `recompile_limit`, so there is one of each (as torchtitan does), under raised limits.
     """
     if static not in _compiled_flex:
+        raise_compile_limits()
         _compiled_flex[static] = torch.compile(flex_attention, dynamic=not static)
     return _compiled_flex[static]
 

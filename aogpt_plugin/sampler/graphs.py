@@ -24,10 +24,8 @@ from collections.abc import Callable
 import torch
 
 from ..errors import UserError
+from .decoder import raise_compile_limits
 from .options import GRAPHS
-
-# Dynamo keeps one cache per code object; a run may need a shape per width bucket and row count.
-RECOMPILE_LIMIT = 64
 
 
 def resolve_graphs(mode: str, device: torch.device | str) -> str:
@@ -37,12 +35,6 @@ def resolve_graphs(mode: str, device: torch.device | str) -> str:
     if mode == "auto":
         return "on" if torch.device(device).type == "cuda" else "off"
     return mode
-
-
-def _compile_limits():
-    """Room for a graph per step shape: the compiled step, and FlexAttention compiled per shape (whose one
-    code object all compiled flex wrappers of the process share)."""
-    return torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT, accumulated_recompile_limit=4 * RECOMPILE_LIMIT)
 
 
 def uses_inductor(mode: str, device: torch.device | str) -> bool:
@@ -78,7 +70,10 @@ class StepRunner:
             raise ValueError(f"a step runner needs a static mode, got {mode!r}")
         self.fn, self.device = fn, torch.device(device)
         self.capture = self.device.type == "cuda" and mode in ("on", "compile")
-        self.compiled = torch.compile(fn, fullgraph=True, dynamic=False) if uses_inductor(mode, device) else None
+        self.compiled = None
+        if uses_inductor(mode, device):  # a graph per step shape (width bucket, rows drawn)
+            raise_compile_limits()
+            self.compiled = torch.compile(fn, fullgraph=True, dynamic=False)
         self.calls: Counter = Counter()
         self.graphs: dict = {}  # key -> (graph, output, input addresses)
         self.pool = None
@@ -114,20 +109,19 @@ class StepRunner:
         return self.compiled(*args)
 
     def _run(self, fn, args):
-        with _compile_limits():
-            if not self.capture:
-                return fn(*args)
-            # warm-ups run on the capture stream, as CUDA graph capture requires
-            current = torch.cuda.current_stream(self.device)
-            self.stream.wait_stream(current)
-            with torch.cuda.stream(self.stream):
-                out = fn(*args)
-            current.wait_stream(self.stream)
-            return out
+        if not self.capture:
+            return fn(*args)
+        # warm-ups run on the capture stream, as CUDA graph capture requires
+        current = torch.cuda.current_stream(self.device)
+        self.stream.wait_stream(current)
+        with torch.cuda.stream(self.stream):
+            out = fn(*args)
+        current.wait_stream(self.stream)
+        return out
 
     def _capture(self, key, fn, args):
         graph = torch.cuda.CUDAGraph()
-        with _compile_limits(), torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
+        with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
             out = fn(*args)
         if self.pool is None:
             self.pool = graph.pool()

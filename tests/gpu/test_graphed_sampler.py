@@ -26,15 +26,13 @@ CASES = [dict(steps=64, counts="deterministic"), dict(steps=16, counts="binomial
 @pytest.mark.parametrize("batch", [1, 8])
 @pytest.mark.parametrize("case", CASES, ids=["T=n", "T=n/4-binomial"])
 def test_graph_replay_equals_the_eager_static_step_bitwise(batch, case):
-    """`small` in bf16: the captured step (on) and the inductor step captured (compile) give the eager
-    static step's tokens and logits bit for bit (same kernels, same shapes; compile: same tokens)."""
+    """`small` in bf16: the captured step gives the eager static step's tokens and logits bit for bit
+    (same kernels, same shapes)."""
     from aogpt_plugin.sampler import SampleConfig, generate
 
     model = _small()
     runs = {}
-    compiled = case["counts"] == "deterministic" and batch == 8  # one inductor compile of `small` (~a minute)
-    modes = ("static", "on", "compile") if compiled else ("static", "on")
-    for graphs in modes:
+    for graphs in ("static", "on"):
         config = SampleConfig(length=64, num_samples=batch, seed=7, graphs=graphs, **case)
         generate(model, config)  # warm-up: every step shape captured
         runs[graphs] = generate(model, config, record=True)
@@ -42,9 +40,25 @@ def test_graph_replay_equals_the_eager_static_step_bitwise(batch, case):
     assert torch.equal(replayed.tokens, eager.tokens)
     for a, b in zip(eager.trace, replayed.trace, strict=True):
         assert torch.equal(a.logits, b.logits)
-    if "compile" in runs:
-        assert torch.equal(runs["compile"].tokens, eager.tokens)
     assert replayed.forward_passes == eager.forward_passes
+
+
+def test_the_compiled_step_samples_the_eager_steps_tokens_in_float32():
+    """inductor's step, captured (`compile`), against the eager static step on `small`. Its kernels differ
+    (fusion, reduction order), so logits agree to rounding, not bitwise; in bf16 that rounding flips a
+    near-tie of the Gumbel argmax now and then (seen on an H200 at batch 8), so tokens are compared
+    in float32, where a flip needs a tie within ~1e-6."""
+    from aogpt_plugin.sampler import SampleConfig, generate
+
+    model = _small(torch.float32)
+    runs = {}
+    for graphs in ("static", "compile"):
+        config = SampleConfig(length=64, num_samples=8, seed=7, graphs=graphs, steps=64)
+        generate(model, config)
+        runs[graphs] = generate(model, config, record=True)
+    assert torch.equal(runs["compile"].tokens, runs["static"].tokens)
+    for a, b in zip(runs["static"].trace, runs["compile"].trace, strict=True):
+        torch.testing.assert_close(b.logits, a.logits, atol=1e-4, rtol=1e-4)
 
 
 def test_no_host_sync_while_the_steps_replay(monkeypatch):

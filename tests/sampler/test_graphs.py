@@ -54,3 +54,23 @@ def test_on_a_cpu_a_key_runs_eagerly_once_then_compiled():
 def test_without_cuda_nothing_is_captured():
     runner, _ = _counting("on")
     assert not runner.capture and runner.captured == 0 and runner.stream is None
+
+
+@pytest.mark.parametrize("build", ["flex", "step"])
+def test_compiling_raises_dynamos_limits_for_the_whole_process(build, monkeypatch):
+    """A code object past `recompile_limit` runs eagerly for good, and eager flex cannot be captured: the
+    first compiled flex (which every flex call of the process shares) or compiled step raises the limits
+    before compiling, whichever path (the dynamic sampler's flex, the static step) comes first."""
+    from aogpt_plugin.sampler import decoder
+
+    config = torch._dynamo.config
+    monkeypatch.setattr(decoder, "_compiled_flex", {})
+    with config.patch(recompile_limit=8, accumulated_recompile_limit=1000):
+        StepRunner(lambda x: x, "static", "cpu")  # nothing compiled: nothing changed
+        assert config.recompile_limit == 8
+        if build == "flex":
+            decoder.compiled_flex_attention(static=False)
+        else:
+            StepRunner(lambda x: x, "compile", "cpu")
+        assert config.recompile_limit == decoder.RECOMPILE_LIMIT == 64
+        assert config.accumulated_recompile_limit == 1000  # raised, never lowered

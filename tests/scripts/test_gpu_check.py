@@ -30,6 +30,8 @@ def test_cpu_mode_runs_every_step_and_writes_a_summary(tmp_path):
     assert summary["graph_break_log_lines"] == 0
     assert summary["benches"]["bench_sampler_b1"]["n"] == 16
     assert summary["benches"]["bench_graphs_static_cpu"]["graphs"] == "static"
+    profiled = summary["step_profiles"]["step_profile_cpu"]  # the static step's kernels (--step-profile)
+    assert profiled["launches_per_step"] > 0 and profiled["busy_us_per_step"] > 0
     log = (tmp_path / "gpu_check.log").read_text()
     assert log.count("exit 0") == len(summary["steps"])
     assert "timeout --kill-after=5 300 sh -c" in log  # each training step under its own timeout
