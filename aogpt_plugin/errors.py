@@ -93,9 +93,16 @@ def stop_at_once_on_signals() -> dict:
     """SIGTERM (a scheduler's stop) and Ctrl-C raise Interrupted in the main thread, so writers'
     `except BaseException` clean-ups run and the command ends in one line, not a traceback (Ctrl-C)
     or a silent death that leaves temporaries behind (SIGTERM's default). Returns the handlers it
-    replaced (`restore_signals` puts them back); a no-op outside the main thread."""
+    replaced (`restore_signals` puts them back); a no-op outside the main thread. A process forked
+    from this one (lm_eval's pool workers) inherits the handler but not the command: there a signal
+    takes its default action, so a pool's normal shutdown (SIGTERM to each worker) stays quiet."""
+    owner = os.getpid()
 
     def handle(signum, frame):
+        if os.getpid() != owner:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
         raise Interrupted(signum)
 
     if threading.current_thread() is not threading.main_thread():

@@ -112,3 +112,30 @@ def test_an_entry_we_do_not_own_ends_a_user_error_or_a_stop_in_one_line(raised, 
     )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert proc.returncode == status and proc.stderr.strip() == line, proc.stderr
+
+
+@pytest.mark.parametrize("installed", [True, False], ids=["our-handler", "default-handler"])
+def test_a_forked_worker_ends_quietly_on_sigterm(installed, capfd):
+    """lm_eval's pool forks workers from `aogpt lm-eval` and ends them with SIGTERM: a worker that inherited the
+    command's handler dies of the signal as with the default one, silently, instead of raising Interrupted
+    (one traceback per worker), while the command's own process still gets Interrupted."""
+    import multiprocessing
+    import time
+
+    from aogpt_plugin.errors import restore_signals, stop_at_once_on_signals
+
+    previous = stop_at_once_on_signals() if installed else {}
+    try:
+        worker = multiprocessing.get_context("fork").Process(target=time.sleep, args=(30,))
+        worker.start()
+        time.sleep(0.5)
+        worker.terminate()  # SIGTERM, as a pool's shutdown sends it
+        worker.join(10)
+        assert worker.exitcode == -signal.SIGTERM
+        assert "Traceback" not in capfd.readouterr().err
+        if installed:
+            with pytest.raises(Interrupted):
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(1)
+    finally:
+        restore_signals(previous)

@@ -143,11 +143,17 @@ def _write_record(path: str, record: dict) -> None:
             os.unlink(tmp)
 
 
-def verify_shards(folder: str, key: str, skip_flag: str, report: Callable[[str], None] | None = None) -> int:
+def verify_shards(
+    folder: str,
+    key: str,
+    skip_flag: str,
+    report: Callable[[str], None] | None = None,
+    skipped: str = "trains on it anyway",
+) -> int:
     """Every shard of a prepared folder has the sha256 its manifest records (a changed byte is one
     ConfigError naming the shard); shards unchanged since they last matched are not read again.
-    `skip_flag` is the option that skips this check, named in the error; `report(line)` is told
-    before hashing starts. Returns the number of shards hashed now."""
+    `skip_flag` is the option that skips this check, named in the error with what it does then
+    (`skipped`); `report(line)` is told before hashing starts. Returns the number of shards hashed now."""
     paths = prepared_files(folder, key)  # present, at their recorded sizes
     shards = read_manifest(folder)["shards"]
     hashed = 0
@@ -169,7 +175,7 @@ def verify_shards(folder: str, key: str, skip_flag: str, report: Callable[[str],
                 raise ConfigError(
                     f"{key}={folder!r}: shard {shard['name']} does not match the sha256 its {MANIFEST} records "
                     f"(a corrupt or changed copy); copy the whole folder again or re-run `aogpt data prepare` "
-                    f"({skip_flag} trains on it anyway)"
+                    f"({skip_flag} {skipped})"
                 )
             matched[os.path.realpath(path)] = entry
             hashed += 1

@@ -29,12 +29,14 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..data.text_files import iter_documents, list_text_files
+from ..data.manifest import verify_shards
+from ..data.text_files import iter_documents, list_text_files, prepared_folder
 from ..devices import Reporter, print_json
 from ..errors import UserError, require_at_least
 from .detokenizers import DETOKENIZERS
@@ -133,8 +135,20 @@ def data_dir(given: str | None = None) -> Path | None:
     return Path(folder) if folder else None
 
 
-def check_dataset_arg(dataset: str, split: str) -> None:
-    """Reject an unknown name, a split the benchmark lacks, or a missing path, before any loading."""
+def add_verify_data_arg(p) -> None:
+    """`--no-verify-data`, as training's `--aogpt.no-verify-data`: score a prepared folder without its sha256 check."""
+    p.add_argument(
+        "--no-verify-data",
+        dest="verify_data",
+        action="store_false",
+        help="skip the sha256 check of a prepared --dataset folder's shards against its manifest",
+    )
+
+
+def check_dataset_arg(dataset: str, split: str, verify: bool = False) -> None:
+    """Reject an unknown name, a split the benchmark lacks, or a missing path, before any loading; with
+    `verify`, a prepared folder's shards must have the sha256 its manifest records, as training checks them
+    (a changed byte keeps a shard's size, which is all the listing checks)."""
     if dataset in BENCHMARKS:
         splits = BENCHMARKS[dataset].local
         if split not in splits:
@@ -146,6 +160,10 @@ def check_dataset_arg(dataset: str, split: str) -> None:
             "nor an existing .jsonl/.json/.txt file or folder"
         )
     list_text_files(dataset, key="--dataset")
+    folder = prepared_folder(dataset)
+    if verify and folder is not None:
+        say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+        verify_shards(folder, "--dataset", "--no-verify-data", say, "reads it anyway")
 
 
 def load_documents(dataset: str, split: str = "test", folder: str | None = None) -> Documents:
@@ -259,6 +277,7 @@ def add_to(subparsers) -> None:
     p.add_argument("--tokenizer", default="gpt2", help="gpt2 (default), a tokenizer.json, symbols:V")
     p.add_argument("--data-dir", default=None, help="folder of local benchmark copies (default $AOGPT_DATA_DIR)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    add_verify_data_arg(p)
     p.set_defaults(run=run_data)
 
 
@@ -266,7 +285,7 @@ def run_data(args) -> int:
     from ..data.tokenizer import load_tokenizer
 
     require_at_least("--seq-len", args.seq_len, 1, "the chunk length")
-    check_dataset_arg(args.dataset, args.split)
+    check_dataset_arg(args.dataset, args.split, verify=args.verify_data)
     say = Reporter(args.json)
     tokenizer = load_tokenizer(args.tokenizer, key="--tokenizer")
     docs = load_documents(args.dataset, args.split, args.data_dir)

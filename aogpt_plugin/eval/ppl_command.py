@@ -9,7 +9,14 @@ from collections.abc import Callable
 from ..devices import Reporter, add_runtime_args, print_json, resolve_device, resolve_dtype
 from ..errors import UserError, require_at_least
 from ..orders import L2R, READ_ORDERS
-from .benchmarks import BENCHMARKS, PROTOCOL_SEQ_LEN, check_dataset_arg, load_documents, pack_documents
+from .benchmarks import (
+    BENCHMARKS,
+    PROTOCOL_SEQ_LEN,
+    add_verify_data_arg,
+    check_dataset_arg,
+    load_documents,
+    pack_documents,
+)
 
 
 def add_to(subparsers) -> None:
@@ -28,6 +35,7 @@ def add_to(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the random orders and context permutations")
     p.add_argument("--data-dir", default=None, help="folder of local benchmark copies (default $AOGPT_DATA_DIR)")
     add_runtime_args(p)
+    add_verify_data_arg(p)
     p.set_defaults(run=run)
 
 
@@ -71,7 +79,7 @@ def chunk_length(requested: int | None, positions: int, model: str, spell: Calla
 
 def check_args(args) -> None:
     check_options(args.order, args.orders, args.ensemble, args.max_chunks, args.seq_len, args.batch_size)
-    check_dataset_arg(args.dataset, args.split)
+    check_dataset_arg(args.dataset, args.split, verify=args.verify_data)
 
 
 def run(args) -> int:

@@ -302,3 +302,28 @@ def test_an_unwritable_save_samples_path_fails_before_sampling(capsys, tmp_path,
     assert mine.read_text() == "the user's samples"
     line = run_error(capsys, [*argv, "--save-samples", "/dev/full"])
     assert "is a character device, not a file" in line
+
+
+def test_a_prepared_folder_whose_shard_changed_is_refused_as_training_refuses_it(capsys, tmp_path, model_dir):
+    """`aogpt data prepare`'s folder as --dataset: a shard with one byte changed (same size) is one line naming
+    it, before the model loads; `--no-verify-data` scores it anyway; `aogpt eval data` checks it the same way."""
+    from aogpt_plugin.data.prepare import prepare
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"text": f"Document {i}: the market of town {i}."}) + "\n" for i in range(30)))
+    folder = tmp_path / "prepared"
+    prepare(str(corpus), str(folder), shard_docs=10)
+    argv = ["eval", "ppl", "--model", model_dir, "--dataset", str(folder), "--order", "l2r", "--json"]
+    assert cli.main(argv) == 0  # an intact folder scores
+    capsys.readouterr()
+    shard = folder / "shard-00001.jsonl"
+    data = shard.read_bytes()
+    shard.write_bytes(data.replace(b"market", b"marker", 1))
+    assert len(shard.read_bytes()) == len(data)
+    for command in (argv, ["eval", "data", "--dataset", str(folder)]):
+        assert cli.main(command) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[0].startswith("verifying 1 of the 3 shards") and len(err) == 2, err  # the progress line first
+        assert err[1].startswith("error: --dataset=") and "shard shard-00001.jsonl does not match the sha256" in err[1]
+        assert err[1].endswith("(--no-verify-data reads it anyway)")
+    assert cli.main([*argv, "--no-verify-data"]) == 0
