@@ -208,6 +208,11 @@ def _main(argv: list[str]) -> int:
     try:
         if command == "lm-eval":  # lm_eval parses its own arguments
             return run_lm_eval(argv[1:])
+        if command == "train" and argv[1:] in (["--help"], ["-h"]):  # aogpt's page, not torchtitan's 900 lines
+            from .training.help_page import help_page
+
+            print(help_page())
+            return 0
         if command == "train":  # the launcher parses its own (torchtitan's) arguments
             os.execv(sys.executable, [sys.executable, "-m", "aogpt_plugin.train", *argv[1:]])
         args = build_parser(command).parse_args(argv)

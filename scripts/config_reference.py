@@ -72,19 +72,6 @@ def code(value) -> str:
 # ---- [aogpt] and [ema] -------------------------------------------------------------------------
 
 
-def field_docs(cls) -> dict[str, str]:
-    """The docstring under each field of a dataclass (what tyro shows in --help), by field name."""
-    import inspect
-
-    tree = ast.parse(inspect.getsource(cls))
-    body, docs = tree.body[0].body, {}
-    for node, after in zip(body, body[1:], strict=False):
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            if isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant):
-                docs[node.target.id] = str(after.value.value).strip()
-    return docs
-
-
 BAD_VALUES = {str: ["?"], int: [-1], float: [-1.0, 2.0], bool: []}
 
 
@@ -106,6 +93,8 @@ def allowed_values(cls, name: str, hint) -> str:
 
 
 def section_rows(cls, section: str) -> list[str]:
+    from aogpt_plugin.training.help_page import field_docs
+
     hints, docs, rows = typing.get_type_hints(cls), field_docs(cls), []
     for f in dataclasses.fields(cls):
         hint = hints[f.name]

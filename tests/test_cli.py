@@ -11,7 +11,7 @@ from conftest import ROOT
 
 from aogpt_plugin.cli import COMMANDS
 
-HELPS = [[name] for name in COMMANDS if name not in ("lm-eval", "train")] + [  # their own parsers load torch
+HELPS = [[name] for name in COMMANDS if name != "lm-eval"] + [  # lm_eval's own parser loads torch
     ["eval", "ppl"],
     ["eval", "genppl"],
     ["eval", "data"],
@@ -207,3 +207,24 @@ def test_aogpt_train_is_the_launcher(tmp_path):
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("error: unknown option --training.stepz")
+
+
+def test_train_help_is_aogpts_own_page_with_every_key_of_its_sections(capsys):
+    """`aogpt train --help`: the entry points of both torchtitan versions, the recipes, and every [aogpt] and
+    [ema] key with its default (from the section dataclasses, so a new key appears by itself); torchtitan's
+    full help stays one flag away (with a recipe, the launcher prints it)."""
+    import dataclasses
+
+    from aogpt_plugin.cli import main
+    from aogpt_plugin.training.sections import AOGPT, EMA
+
+    assert main(["train", "--help"]) == 0
+    page = capsys.readouterr().out
+    assert page.startswith("usage: aogpt train --job.config_file RECIPE.toml")
+    assert "--module aogpt_plugin --config aogpt_debug" in page and "-m torchtitan.train --job.config_file" in page
+    assert "aogpt_small.toml" in page and "aogpt train --job.config_file RECIPE.toml --help" in page
+    for section, cls in (("[aogpt]", AOGPT), ("[ema]", EMA)):
+        block = page.split(f"\n{section}\n")[1]
+        for f in dataclasses.fields(cls):
+            assert f"  {f.name} = " in block, f.name
+    assert "  p_l2r = 0.1 " in page and "  enable = true " in page

@@ -24,7 +24,7 @@ from collections.abc import Callable
 import torch
 
 from ..errors import UserError
-from .decoder import raise_compile_limits
+from .compile_limits import raise_compile_limits
 from .options import GRAPHS
 
 

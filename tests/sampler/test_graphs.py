@@ -62,6 +62,7 @@ def test_compiling_raises_dynamos_limits_for_the_whole_process(build, monkeypatc
     first compiled flex (which every flex call of the process shares) or compiled step raises the limits
     before compiling, whichever path (the dynamic sampler's flex, the static step) comes first."""
     from aogpt_plugin.sampler import decoder
+    from aogpt_plugin.sampler.compile_limits import RECOMPILE_LIMIT
 
     config = torch._dynamo.config
     monkeypatch.setattr(decoder, "_compiled_flex", {})
@@ -72,5 +73,5 @@ def test_compiling_raises_dynamos_limits_for_the_whole_process(build, monkeypatc
             decoder.compiled_flex_attention(static=False)
         else:
             StepRunner(lambda x: x, "compile", "cpu")
-        assert config.recompile_limit == decoder.RECOMPILE_LIMIT == 64
+        assert config.recompile_limit == RECOMPILE_LIMIT == 64
         assert config.accumulated_recompile_limit == 1000  # raised, never lowered
