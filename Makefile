@@ -14,6 +14,7 @@ BIN211 := $(VENV211)/bin
 .PHONY: setup setup-titan03 setup-torch211 demo test test-titan03 test-torch211 test-slow lint bench-train bench-sampler findings clean
 
 $(VENV)/.installed: pyproject.toml
+	@echo "setup: $(VENV) with torch 2.13.0 (CPU wheel), torchtitan 0.2.2, lm-eval, transformers, ruff and pytest (about 3 minutes the first time, quiet pip)"
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0  # the local CPU wheel; an unpinned torch pulls CUDA builds
@@ -26,6 +27,7 @@ setup: $(VENV)/.installed
 # 0.3 needs torch >= 2.14 (torch.distributed.set_timeout); 2.14.1 is the newest the registry serves, a
 # CUDA build (about 5.4 GB with its CUDA libraries and triton) that runs on a CPU-only machine too.
 $(VENV03)/.installed: pyproject.toml
+	@echo "setup: $(VENV03) with torch 2.14.1 (a CUDA build, about 5 GB) and torchtitan 0.3.0 (1-3 minutes the first time, quiet pip)"
 	test -d $(VENV03) || $(PYTHON) -m venv $(VENV03)
 	$(BIN03)/pip install -q --upgrade pip
 	$(BIN03)/pip install -q torch==2.14.1
@@ -38,6 +40,7 @@ setup-titan03: $(VENV03)/.installed
 # version gap shows on a CPU in CI, not in a GPU's scarce minutes. The registry's 2.11.0 is a CUDA build
 # (about 4 GB with its CUDA libraries and triton) that runs on a CPU-only machine too.
 $(VENV211)/.installed: pyproject.toml
+	@echo "setup: $(VENV211) with torch 2.11.0 (the GPU image's; a CUDA build, about 4 GB) and torchtitan 0.2.2 (1-3 minutes the first time, quiet pip)"
 	test -d $(VENV211) || $(PYTHON) -m venv $(VENV211)
 	$(BIN211)/pip install -q --upgrade pip
 	$(BIN211)/pip install -q torch==2.11.0
