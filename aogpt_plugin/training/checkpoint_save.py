@@ -13,8 +13,10 @@ titan022/checkpoint_save.py; 0.3 overrides `_save`, titan03/checkpoint.py), so t
 * a save that fails because the disk is full (however it arrives: errors.disk_full_reason) raises
   CheckpointDiskFullError (disk_full.py) naming the newest complete checkpoint; the partial folder is removed and
   nothing older is touched (torchtitan purges old checkpoints only after a successful save);
-* a second Ctrl-C during a save (DCP wraps it in its CheckpointException) removes the partial folder
-  and stops at once (Interrupted), the newest complete checkpoint named by the launcher;
+* a second Ctrl-C during a save removes the partial folder and stops at once (Interrupted), the newest
+  complete checkpoint named by the launcher, whether DCP wraps the KeyboardInterrupt in its
+  CheckpointException or the interrupted writer fails with an error that no longer carries it (the
+  stop request notes the second Ctrl-C where the handler takes it);
 * with checkpointing off, a requested stop ends the run after the agreed step with nothing saved
   (`stop_without_checkpoint`, which the glue calls where torchtitan would have saved).
 """
@@ -70,6 +72,8 @@ def save_recorded(
             _write_record(manager, curr_step, last_step, step_dir, record_of, guard)
     except BaseException as e:  # DCP's CheckpointException is a BaseException
         stop = interruption(e)
+        if stop is None and guard is not None and guard.stop.stopped_at_once is not None:
+            stop = Interrupted(guard.stop.stopped_at_once)  # taken inside DCP's writer, it left another error
         if stop is not None:  # a second Ctrl-C (or a signal before the handlers) while writing
             removed = remove_partial_saves(manager.folder, curr_step) if _rank() == 0 else []
             detail = f"the partial {removed[0]} was removed" if removed else None

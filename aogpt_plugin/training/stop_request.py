@@ -38,6 +38,9 @@ class StopRequest:
     def __init__(self) -> None:
         self.signum: int | None = None
         self.saves: bool | None = None
+        # the second Ctrl-C, noted where it is taken: raised inside DCP's writer it may surface as an
+        # unrelated error ("unexpected pos ...") that no longer carries it (checkpoint_save.py reads this)
+        self.stopped_at_once: int | None = None
 
     def install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -48,6 +51,7 @@ class StopRequest:
     def _handle(self, signum, frame) -> None:
         if self.signum is not None:
             if signum == signal.SIGINT:  # the second Ctrl-C: stop now, the last complete checkpoint stays
+                self.stopped_at_once = signum
                 raise Interrupted(signum)
             return  # e.g. torchrun's SIGTERM after the terminal's SIGINT: already stopping
         self.signum = signum

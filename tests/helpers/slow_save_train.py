@@ -3,12 +3,16 @@ from the N-th on, write their data slowly, so that a signal can be sent while on
 
 Usage: slow_save_train.py N SECONDS ARGS...  (each data item of save N and later waits SECONDS;
 `writing checkpoint data` is printed to stderr when such a save starts writing)
+With AOGPT_SLOW_SAVE=stream the wait is inside torch.save's writes instead (each write to the item's stream
+waits SECONDS), so a signal lands inside the zip writer, whose C++ side turns it into `unexpected pos`.
 """
 
+import os
 import runpy
 import sys
 import time
 
+import torch
 from torch.distributed.checkpoint import filesystem
 
 
@@ -28,8 +32,29 @@ def main() -> None:
             time.sleep(seconds)
         return write_item(*args, **kwargs)
 
+    class SlowStream:
+        def __init__(self, stream):
+            self.stream = stream
+
+        def write(self, data):
+            time.sleep(seconds)
+            return self.stream.write(data)
+
+        def __getattr__(self, name):
+            return getattr(self.stream, name)
+
+    save = torch.save
+
+    def slow_stream_save(obj, f, *args, **kwargs):
+        if saves[0] >= first_slow and hasattr(f, "write"):
+            f = SlowStream(f)
+        return save(obj, f, *args, **kwargs)
+
     filesystem._FileSystemWriter.write_data = counted_write_data
-    filesystem._write_item = slow_write_item
+    if os.environ.get("AOGPT_SLOW_SAVE") == "stream":
+        torch.save = slow_stream_save
+    else:
+        filesystem._write_item = slow_write_item
     sys.argv = ["aogpt_plugin.train", *sys.argv[3:]]
     runpy.run_module("aogpt_plugin.train", run_name="__main__")
 
