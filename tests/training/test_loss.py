@@ -104,8 +104,17 @@ def test_build_ao_loss_takes_the_real_vocabulary_from_the_tokenizer(compile_back
 
 
 # `aogpt_debug.toml --training.steps 8 --debug.seed 7`, float32, as printed before the loss was chunked
-# over rows (commit 4969b81, torchtitan 0.2.2 and 0.3 alike); the chunked loss must stay within 1e-4.
+# over rows (commit 4969b81, torchtitan 0.2.2 and 0.3 alike, torch 2.13 and 2.14); the chunked loss must stay
+# within 1e-4. torch 2.11 (the GPU image's) draws other initial weights from the same seed (its first loss
+# differs already): its 8 losses, printed by `make test-torch211`'s venv on 2026-11-27, are pinned apart.
 DEBUG_RECIPE_LOSSES = [10.83492, 10.83815, 10.82371, 10.82710, 10.80708, 10.78901, 10.75271, 10.68272]
+DEBUG_RECIPE_LOSSES_TORCH_2_11 = [10.82973, 10.83853, 10.83743, 10.82466, 10.81127, 10.80097, 10.76938, 10.71416]
+
+
+def debug_recipe_losses() -> list[float]:
+    import torch
+
+    return DEBUG_RECIPE_LOSSES_TORCH_2_11 if torch.__version__.startswith("2.11.") else DEBUG_RECIPE_LOSSES
 
 
 def test_the_debug_recipe_keeps_its_losses(tmp_path):
@@ -118,7 +127,7 @@ def test_the_debug_recipe_keeps_its_losses(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     printed = dict(re.findall(r"(?<!validate )step:\s+(\d+)\s+loss:\s+([0-9.]+)", proc.stdout + proc.stderr))
     losses = [float(printed[str(step)]) for step in range(1, 9)]
-    assert losses == pytest.approx(DEBUG_RECIPE_LOSSES, abs=1e-4)
+    assert losses == pytest.approx(debug_recipe_losses(), abs=1e-4)
 
 
 def _backward(model):
