@@ -209,3 +209,12 @@ def ao_model():
 def gpt_model():
     """The same backbone without target conditioning: a plain causal GPT."""
     return tiny_model("none", preset="sampler")
+
+
+def cache_sized_allocations(code: str, numel: int) -> list[str]:
+    """The buffers inductor's generated `code` allocates that hold at least `numel` elements."""
+    import math
+    import re
+
+    sizes = re.findall(r"empty_strided(?:_\w+)?\(\(([\d, ]+)\)", code)
+    return [s for s in sizes if math.prod(int(d) for d in s.split(",") if d.strip()) >= numel]

@@ -221,14 +221,17 @@ class KVCache:
         dtype: torch.dtype,
         device: torch.device | str,
     ):
-        shape = (n_layers, batch, n_heads, slots, head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        # one buffer per layer (gpt-fast's layout), not one (layers, ...) tensor: a compiled step writes each
+        # layer's buffer in place, where a write into a view of one shared buffer may be functionalised into
+        # a copy of every layer's cache, per layer
+        shape = (batch, n_heads, slots, head_dim)
+        self.k = tuple(torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers))
+        self.v = tuple(torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers))
         self.batch_index = torch.arange(batch, device=device).unsqueeze(1)
 
     @property
     def slots(self) -> int:
-        return self.k.shape[3]
+        return self.k[0].shape[2]
 
     def write(self, layer: int, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor) -> None:
         """k, v: (B, H, W, Dh) go to cache slots `slots` (B, W), per sample."""
@@ -314,7 +317,7 @@ class CachedDecoder:
                     cache.write(i, k, v, slots)
                 if flex:
                     return flex_attend(q, cache.k[i], cache.v[i], mask, self.static_flex)
-                return sdpa_attend(q, cache.k[i, :, :, :kv_len], cache.v[i, :, :, :kv_len], mask)
+                return sdpa_attend(q, cache.k[i][:, :, :kv_len], cache.v[i][:, :, :kv_len], mask)
 
             h = layer(h, cond, attend=attend)
         return h

@@ -130,3 +130,25 @@ def test_the_bench_runs_graphed_on_cuda(capsys):
     assert main([*argv, "--json"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["graphs"] == "on" and out["ao_forward_passes"]["64"] == 64
+
+
+def test_the_compiled_step_writes_the_kv_cache_in_place_on_cuda():
+    """The 2026-11-27 H200 run: `--graphs compile` took 13 ms a step against 1.5 ms for `on`, AO and AR alike,
+    the encoder (no cache) not: inductor's step with flex on CUDA must allocate nothing as large as one
+    layer's K/V cache (a copy of it per step would explain the gap; tests/sampler/test_static.py checks the
+    CPU's step the same way)."""
+    from conftest import cache_sized_allocations
+    from torch._inductor.utils import run_and_get_code
+
+    from aogpt_plugin.sampler import SampleConfig, generate
+    from aogpt_plugin.sampler.static import static_decoder
+
+    model = tiny_model("adaln", preset="sampler").cuda()
+    torch._dynamo.reset()
+    config = SampleConfig(length=32, steps=32, num_samples=4, seed=1, graphs="compile", backend="flex")
+    with torch._inductor.config.patch(fx_graph_cache=False):
+        _, code = run_and_get_code(generate, model, config)
+    state = static_decoder(model, 4, "flex", "auto", "compile")
+    source = "\n".join(code)
+    assert "empty_strided" in source
+    assert cache_sized_allocations(source, state.decoder.cache.k[0].numel()) == []

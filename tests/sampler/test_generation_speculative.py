@@ -139,8 +139,8 @@ def test_after_every_round_the_cache_equals_a_recomputation_of_the_accepted_pref
             tokens[0, orders[b, : int(known[b])]] = in_order[b, : int(known[b])]
             ref = recomputed_kv(ao_model, tokens, orders[b : b + 1], c)
             for layer, (k, v) in enumerate(ref):
-                torch.testing.assert_close(decoder.cache.k[layer, b, :, :c], k[0], atol=2e-4, rtol=1e-4)
-                torch.testing.assert_close(decoder.cache.v[layer, b, :, :c], v[0], atol=2e-4, rtol=1e-4)
+                torch.testing.assert_close(decoder.cache.k[layer][b, :, :c], k[0], atol=2e-4, rtol=1e-4)
+                torch.testing.assert_close(decoder.cache.v[layer][b, :, :c], v[0], atol=2e-4, rtol=1e-4)
             checked.append(c)
 
     config = SampleConfig(length=23, steps=23, num_samples=3, seed=6)
