@@ -27,6 +27,19 @@ from aogpt_plugin.model_dir import save_model  # noqa: E402
 SEQ = 24
 
 
+@pytest.fixture(autouse=True)
+def _lm_eval_logs_to_this_tests_stderr():
+    """lm_eval binds its one log handler to the sys.stderr of the moment it first runs in a process; under
+    pytest that may be an earlier test's capture, closed since ("--- Logging error ---" and a traceback in
+    the next test's output). Each test points the handler at its own stderr."""
+    import logging
+
+    for handler in logging.getLogger("lm_eval").handlers:
+        if type(handler) is logging.StreamHandler:  # lm_eval's own (pytest's capture handlers subclass it)
+            handler.stream = sys.stderr  # not setStream: it would flush the closed one
+    yield
+
+
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("lm_eval") / "tiny"
