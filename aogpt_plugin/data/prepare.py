@@ -38,9 +38,9 @@ from dataclasses import dataclass
 from ..errors import DiskFullError, UserError, disk_full_reason, kind_of, require_at_least, size_text, space_note
 from ..temporaries import make_temporary, move_into_place
 from .manifest import FORMAT, FORMAT_VERSION, MANIFEST, read_manifest
+from .shared_folder import DATA_DIR_ENV, default_data_dir
 from .text_files import iter_documents, list_text_files
 
-DATA_DIR_ENV = "AOGPT_DATA_DIR"
 WIKITEXT103_LOCAL = os.path.join("wikitext103", "wiki.valid.raw")
 DEFAULT_SHARD_MB = 256.0
 PROGRESS_SECONDS = 10.0
@@ -127,7 +127,7 @@ def _offline() -> bool:
 
 
 def _wikitext103_copy(data_dir: str | None) -> str | None:
-    folder = data_dir or os.environ.get(DATA_DIR_ENV)
+    folder = data_dir or default_data_dir()
     if data_dir and not os.path.isdir(data_dir):
         raise UserError(f"--data-dir {data_dir!r} is not a folder; give the folder holding {WIKITEXT103_LOCAL}")
     path = os.path.join(folder, WIKITEXT103_LOCAL) if folder else None

@@ -18,6 +18,7 @@ import os
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, UserError
+from .shared_folder import use_shared_tiktoken_cache
 
 if TYPE_CHECKING:
     import torch
@@ -68,6 +69,7 @@ class TiktokenTokenizer:
     def __init__(self, name: str = "gpt2"):
         if name not in TIKTOKEN_NAMES:
             raise ConfigError(f"aogpt.tokenizer={name!r} is not supported; allowed: {', '.join(TIKTOKEN_NAMES)}")
+        use_shared_tiktoken_cache()
         try:
             import tiktoken
 

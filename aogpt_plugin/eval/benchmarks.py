@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..data.manifest import verify_shards
+from ..data.shared_folder import DATA_DIR_ENV, default_data_dir
 from ..data.text_files import iter_documents, list_text_files, prepared_folder
 from ..devices import Reporter, print_json
 from ..errors import UserError, require_at_least
@@ -45,7 +46,6 @@ if TYPE_CHECKING:
     import torch
 
 PROTOCOL_SEQ_LEN = 1024  # the papers' chunk length
-DATA_DIR_ENV = "AOGPT_DATA_DIR"
 
 LAMBADA_URL = "https://openaipublic.blob.core.windows.net/gpt-2/data/lambada_test.jsonl"
 
@@ -127,8 +127,9 @@ class Documents:
 
 
 def data_dir(given: str | None = None) -> Path | None:
-    """The folder holding local copies of the benchmarks: `given` (--data-dir), else $AOGPT_DATA_DIR."""
-    folder = given or os.environ.get(DATA_DIR_ENV)
+    """The folder holding local copies of the benchmarks: `given` (--data-dir), else $AOGPT_DATA_DIR, else the
+    shared data folder beside the checkout (data/shared_folder.py)."""
+    folder = given or default_data_dir()
     if folder and not os.path.isdir(folder):
         source = "--data-dir" if given else DATA_DIR_ENV
         raise UserError(f"{source} {folder!r} is not a folder; give the folder holding wikitext2/, ptb/, ...")
