@@ -11,8 +11,9 @@ import dataclasses
 import inspect
 import os
 
+from ..errors import ConfigError
 from .sections import AOGPT, EMA
-from .versions import torchtitan_version
+from .versions import check_torchtitan_installed, torchtitan_version
 
 RECIPES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "train_configs")
 
@@ -53,13 +54,17 @@ def _recipes() -> list[str]:
 
 
 def help_page() -> str:
+    """The page; without torchtitan it says how to install it first (training needs it, the page does not)."""
+    missing = []
     try:
+        check_torchtitan_installed()
         installed = f"torchtitan {torchtitan_version()} is installed"
-    except Exception:  # noqa: BLE001 - not installed: the page still helps
-        installed = "torchtitan is not installed (pip install -e '.[titan022]' or '.[titan03]')"
+    except ConfigError as e:
+        installed, missing = "torchtitan is not installed", [f"note: {e}", ""]
     lines = [
         "usage: aogpt train --job.config_file RECIPE.toml [--SECTION.KEY VALUE ...]",
         "",
+        *missing,
         f"Trains AO-GPT with torchtitan ({installed}; 0.2.2 and 0.3 both work). Every torchtitan option",
         "works as in torchtitan (--training.steps 100, --checkpoint.enable); aogpt adds [aogpt] and [ema].",
         "",

@@ -25,7 +25,6 @@ def _run(command: list[str], env: dict | None = None) -> subprocess.CompletedPro
     [
         ["python", "-m", "aogpt_plugin.train", "--job.config_file", "train_configs/aogpt_debug.toml"],
         ["aogpt", "train", "--job.config_file", "train_configs/aogpt_debug.toml"],
-        ["aogpt", "train", "--help"],
     ],
 )
 def test_without_torchtitan_training_names_the_extras_to_install(tmp_path, command):
@@ -37,6 +36,16 @@ def test_without_torchtitan_training_names_the_extras_to_install(tmp_path, comma
     assert (
         "pip install 'aogpt[titan022]'" in TORCHTITAN_MISSING and "pip install 'aogpt[titan03]'" in TORCHTITAN_MISSING
     )
+
+
+def test_without_torchtitan_train_help_is_the_page_with_the_extras_to_install():
+    """`aogpt train --help` needs no torchtitan (training/help_page.py): the page, exit 0, opening with how to
+    install it."""
+    proc = _run(["aogpt", "train", "--help"], {"PYTHONPATH": str(ROOT / "tests" / "helpers" / "no_torchtitan")})
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("usage: aogpt train") and lines[2] == f"note: {TORCHTITAN_MISSING}"
+    assert "torchtitan is not installed" in proc.stdout and "[aogpt]" in proc.stdout
 
 
 def test_a_second_job_config_file_is_refused_in_one_line():
