@@ -6,7 +6,7 @@ All three use random weights of one flavor (timing of a fixed step count does no
   ar       - a plain causal GPT of the same backbone (conditioning=none), KV-cache decode, n steps
   spec     - with --speculative K|auto: exact speculative sampling (sampler/generation.py), whose
              forward passes depend on how often drafts are accepted -- so time it on a trained model:
-             --model OUT_DIR replaces the random weights; ao, spec and ar (the same weights read left
+             --model MODEL_DIR replaces the random weights; ao, spec and ar (the same weights read left
              to right) all use it, and the encoder is left out.
 Each is run once untimed first (warm-up: allocator, kernels, flex compile). Then --repeats rounds
 each time every variant once, in turn, so drift on a shared machine hits all of them alike; seconds
@@ -50,7 +50,7 @@ def add_to(subparsers) -> None:
     )
     p.add_argument("--threads", type=int, default=None, help="CPU intra-op threads (default: torch's choice)")
     p.add_argument("--repeats", type=int, default=3, help="timed rounds of every variant (default 3)")
-    p.add_argument("--model", default=None, metavar="OUT_DIR", help="a converted (trained) model instead of --flavor")
+    p.add_argument("--model", default=None, metavar="MODEL_DIR", help="a converted (trained) model instead of --flavor")
     p.add_argument("--speculative", default=None, metavar="K|auto", help="also time speculative sampling")
     add_graphs_arg(p)
     p.add_argument(

@@ -20,7 +20,7 @@ from .options import BACKENDS, COUNTS, SCHEDULES, add_graphs_arg
 
 def add_to(subparsers) -> None:
     p = subparsers.add_parser("sample", help="generate text from a converted model (any order, KV cache)")
-    p.add_argument("--model", required=True, metavar="OUT_DIR", help="converted model folder (aogpt convert)")
+    p.add_argument("--model", required=True, metavar="MODEL_DIR", help="converted model folder (aogpt convert)")
     p.add_argument("--num-samples", type=int, default=1, metavar="B", help="samples in the batch (default 1)")
     p.add_argument("--length", type=int, default=None, metavar="N", help="tokens per sample (default: all positions)")
     p.add_argument("--steps", type=int, default=None, metavar="T", help="denoising steps, 1..N (default N)")

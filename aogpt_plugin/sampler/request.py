@@ -55,9 +55,13 @@ class SampleRequest:
     graphs: str = "auto"
 
     @classmethod
-    def from_args(cls, args) -> SampleRequest:
-        """The request an argparse namespace holds (its flags are named as the fields)."""
-        return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})
+    def from_args(cls, args, renamed: dict[str, str] | None = None, **given) -> SampleRequest:
+        """The request an argparse namespace holds: each field read off the flag of its name (or the one
+        `renamed` maps it to: genppl's `--sample-order` for `order`), a field the command has no flag for
+        at its default; `given` values replace what the flags say."""
+        names = {f.name: (renamed or {}).get(f.name, f.name) for f in dataclasses.fields(cls)}
+        read = {field: getattr(args, name) for field, name in names.items() if hasattr(args, name)}
+        return cls(**(read | given))
 
     def plan(self, model_args: AOGPTModelArgs, encode: Callable[[str], list[int]]) -> SamplePlan:
         """The checked run for a model with `model_args`; `encode` tokenizes prompt text (called only
