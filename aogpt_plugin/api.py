@@ -185,7 +185,7 @@ class LoadedModel:
         "..."}, {"start": 90, "tokens": [464]}]} (or that list, or its JSON, or "@FILE"); speculative:
         a draft size 1..16 or "auto" (exact T = N samples in fewer forwards; excludes steps, schedule
         and counts); seed: of the orders, counts and noise; backend "auto" | "sdpa" | "flex"; graphs
-        "auto" | "on" | "off" | "compile" | "static": how each step runs (sampler/graphs.py; auto: the
+        "auto" | "on" | "off" | "compile" | "static": how each step runs (sampler/choices.py; auto: the
         static step replayed from CUDA graphs on a GPU, the dynamic sampler on a CPU; same samples).
 
         Returns Samples: `.tokens` (num_samples, length) on the CPU, `.texts`, `.result` (orders,
@@ -212,7 +212,7 @@ class LoadedModel:
             graphs=graphs,
         )
         with input_errors():  # every option is checked before the first forward
-            plan = request.plan(self.model_args, lambda text: self.tokenizer.encode(text))
+            plan = request.plan(self.model_args, lambda text: self.tokenizer.encode(text), self.device, self.dtype)
             samples = run_plan(self.module, plan, self.tokenizer.decode, progress=progress)
         # the sampler runs in inference mode; normal tensors can be fed back to logprob and autograd
         samples.tokens = samples.result.tokens = samples.tokens.clone()
@@ -310,9 +310,9 @@ class LoadedModel:
     def score(
         self,
         texts_or_tokens: str | list[str] | torch.Tensor | list[list[int]],
-        orders: int = 1,
-        order: str = "random",
         *,
+        order: str = "random",
+        orders: int = 1,
         ensemble: int = 1,
         seq_len: int | None = None,
         max_chunks: int | None = None,

@@ -117,7 +117,7 @@ def _check_sampling_args(args) -> None:
         return
     if args.num_samples is None:
         raise UserError("--model needs --num-samples N (how many samples to draw)")
-    from ..sampler.generation import check_sampling_flags
+    from ..sampler.speculative import check_sampling_flags
 
     args.speculative = check_sampling_flags(args.speculative, args.steps, distribution="the T=length distribution")
     if args.save_samples:
@@ -141,8 +141,9 @@ def sample_from_model(args, device, say):
     request = SampleRequest.from_args(
         args, renamed={"order": "sample_order"}, num_samples=min(args.batch_size, args.num_samples)
     )
-    plan = request.plan(read_config(args.model).model_args, encode=None)  # no prompt: nothing to tokenize
-    model_dir = load_model_dir(args.model, device, resolve_dtype(args.dtype), verify=args.verify)
+    dtype = resolve_dtype(args.dtype)
+    plan = request.plan(read_config(args.model).model_args, None, device, dtype)  # no prompt: nothing to tokenize
+    model_dir = load_model_dir(args.model, device, dtype, verify=args.verify)
     tokenizer = model_dir.tokenizer(check_vocab=False)
     settings = {
         "model": args.model,
