@@ -44,7 +44,7 @@ MODEL_MODULES = ("aogpt_plugin.model.args", "aogpt_plugin.model.model")  # and w
 # Members left out of the export, with why: each reaches outside the exported code.
 TRAINING_ONLY = {
     "aogpt_plugin.model.args": {
-        "AOGPTModelArgs.update_from_config": "torchtitan's hook: reads the job config and loads the tokenizer",
+        "AOGPTModelArgs.update_from_config": "torchtitan's hook: reads the run's settings and their tokenizer",
     },
 }
 ALLOWED_IMPORTS = frozenset({"torch", *sys.stdlib_module_names})  # the model code's; the wrapper adds transformers
