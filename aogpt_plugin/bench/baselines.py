@@ -211,7 +211,7 @@ def encoder_generate(
 # ---- autoregressive decoding ----------------------------------------------------------------
 # Plain autoregressive KV-cache decoding of the AO-GPT backbone: identity order, one token per step.
 #
-# The gpt-fast decode loop (static cache, one query slot per step, no mask: the only query may see
+# The gpt-fast decode loop (preallocated cache, one query slot per step, no mask: the only query may see
 # every cached slot) -- the baseline the AO sampler at T = n is timed against, and the reference
 # that T = n with a left-to-right order must reproduce.
 

@@ -14,7 +14,7 @@ One forward does both jobs. Per sample it reads the drafts in flight as real slo
 drafts (with all drafts accepted as context). If every draft is accepted, those next drafts are
 already right and no separate draft pass is run; after a rejection they are dropped and the next
 forward is a draft pass from the corrected prefix. Accepted slots' K/V are already right in the
-static cache; a rejected slot is overwritten by the next forward. Every forward yields at least one
+cache; a rejected slot is overwritten by the next forward. Every forward yields at least one
 token (the exact first draft of the set it makes, or a verified token), and a last forward that
 would verify nothing is skipped, so forward passes never exceed generated tokens.
 """
