@@ -63,9 +63,9 @@ test: lint
 # The training tests that apply under torchtitan 0.3.0: 0.2.2's losses through the launcher and through stock
 # `torchrun -m torchtitan.train --module aogpt_plugin --config aogpt_debug` (what GPU users run), the
 # 2-process FSDP resume.
-test-titan03: setup-titan03
+test-titan03: setup setup-titan03
 	$(BIN03)/pytest -m 'slow or not slow' tests/training/titan03
-	$(BIN03)/pytest tests/training/test_checkpoint_save.py tests/training/test_stop_request.py \
+	$(BIN03)/pytest tests/training/test_checkpointing.py tests/training/test_stop_request.py \
 	    tests/training/test_sections.py tests/training/test_ema.py tests/training/test_loss.py tests/training/test_versions.py
 
 # The default suite on the GPU image's torch 2.11 (CPU): what the GPU check runs, before a GPU runs it.

@@ -30,8 +30,6 @@ if TYPE_CHECKING:
     from .model_dir import ModelDirConfig
     from .sampler.request import Samples
 
-MODEL_FOLDER, CHECKPOINT = "model folder", "checkpoint"
-
 
 @contextlib.contextmanager
 def input_errors():
@@ -55,26 +53,6 @@ def _integers(value, name: str, expected: str, held: str) -> torch.Tensor:
     if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
         raise InputError(f"{name} must hold {held}; got dtype {value.dtype}")
     return value
-
-
-def folder_kind(path: str) -> str:
-    """MODEL_FOLDER (`aogpt convert` or `aogpt export` wrote it) or CHECKPOINT (a torchtitan DCP folder)."""
-    from .checkpoints import is_checkpoint_folder
-    from .model_dir import is_model_folder
-
-    path = os.fspath(path)
-    allowed = "a model folder (aogpt convert / aogpt export) or a DCP checkpoint folder (.metadata or step-N folders)"
-    if os.path.isfile(path):
-        raise InputError(f"path {path!r} is a file; allowed: {allowed}")
-    if not os.path.isdir(path):
-        raise InputError(f"path {path!r} does not exist; allowed: {allowed}")
-    if is_model_folder(path):
-        return MODEL_FOLDER
-    if os.path.isfile(os.path.join(path, "config.json")):
-        raise InputError(f"path {path!r}: its config.json is not an aogpt model folder's; allowed: {allowed}")
-    if is_checkpoint_folder(path):
-        return CHECKPOINT
-    raise InputError(f"path {path!r} is neither kind of folder; allowed: {allowed}")
 
 
 def _device_and_dtype(device: str | torch.device | None, dtype: str | torch.dtype | None):
@@ -110,10 +88,10 @@ def load(
 
     The module is in eval mode with gradients enabled on its parameters (so `logprob` can be
     differentiated); `generate` and `score` run without building a graph."""
-    from .model_dir import load_model_dir, model_from_state
+    from .model_dir import MODEL_FOLDER, load_model_dir, model_from_state, source_kind
 
     path = os.fspath(path)
-    kind = folder_kind(path)
+    kind = source_kind(path)
     if kind == MODEL_FOLDER:
         given = [k for k, v in (("weights", weights), ("step", step), ("tokenizer", tokenizer)) if v is not None]
         if given:
@@ -145,7 +123,7 @@ class LoadedModel:
         self.module = module
         self.config = config
         self.source = source  # the path given to `load`
-        self.kind = kind  # MODEL_FOLDER or CHECKPOINT
+        self.kind = kind  # model_dir.MODEL_FOLDER or CHECKPOINT
         self._tokenizer_dir = tokenizer_dir
         self._tokenizer = None
 
@@ -207,7 +185,7 @@ class LoadedModel:
         "..."}, {"start": 90, "tokens": [464]}]} (or that list, or its JSON, or "@FILE"); speculative:
         a draft size 1..16 or "auto" (exact T = N samples in fewer forwards; excludes steps, schedule
         and counts); seed: of the orders, counts and noise; backend "auto" | "sdpa" | "flex"; graphs
-        "auto" | "on" | "off" | "compile" | "static": how each step runs (sampler/graphs.py; auto: the
+        "auto" | "on" | "off" | "compile" | "static": how each step runs (sampler/choices.py; auto: the
         static step replayed from CUDA graphs on a GPU, the dynamic sampler on a CPU; same samples).
 
         Returns Samples: `.tokens` (num_samples, length) on the CPU, `.texts`, `.result` (orders,
@@ -234,7 +212,7 @@ class LoadedModel:
             graphs=graphs,
         )
         with input_errors():  # every option is checked before the first forward
-            plan = request.plan(self.model_args, lambda text: self.tokenizer.encode(text))
+            plan = request.plan(self.model_args, lambda text: self.tokenizer.encode(text), self.device, self.dtype)
             samples = run_plan(self.module, plan, self.tokenizer.decode, progress=progress)
         # the sampler runs in inference mode; normal tensors can be fed back to logprob and autograd
         samples.tokens = samples.result.tokens = samples.tokens.clone()
@@ -332,9 +310,9 @@ class LoadedModel:
     def score(
         self,
         texts_or_tokens: str | list[str] | torch.Tensor | list[list[int]],
-        orders: int = 1,
-        order: str = "random",
         *,
+        order: str = "random",
+        orders: int = 1,
         ensemble: int = 1,
         seq_len: int | None = None,
         max_chunks: int | None = None,

@@ -19,7 +19,7 @@ RECIPES = os.path.join(ROOT, "train_configs")
 def recipe(name: str):
     """The AOGPTTrainer.Config of train_configs/<name>.toml (`study/ao_random` for a study recipe)."""
     from .errors import exit_in_one_line_on_user_error
-    from .training.preflight import check_job_config
+    from .training.preflight import check_settings
     from .training.text_datasets import register_datasets
     from .training.titan03.cpu import enable_cpu
     from .training.titan03.dataset_names import registered_names
@@ -32,7 +32,7 @@ def recipe(name: str):
     check_torch_for_titan03()
     enable_cpu()  # without an accelerator: torchtitan on the CPU, as under the launcher
     register_datasets()
-    AOGPTTrainer.preflight = lambda settings, world_size: check_job_config(settings, world_size, **registered_names())
+    AOGPTTrainer.preflight = lambda settings, world_size: check_settings(settings, world_size, **registered_names())
     return load_recipe(os.path.join(RECIPES, f"{name}.toml"), AOGPTTrainer.Config, model_registry, root=ROOT)
 
 

@@ -177,9 +177,10 @@ def convert(
     force: bool = False,
 ) -> ModelDirConfig:
     """Write OUT_DIR/model.safetensors and OUT_DIR/config.json; returns the config written."""
-    from .model_dir import check_out_dir, save_model_dir
+    from .model_dir import CHECKPOINT, check_out_dir, save_model_dir, source_kind
 
     check_out_dir(out_dir, force)
+    source_kind(checkpoint_dir, "CHECKPOINT_DIR", (CHECKPOINT,))  # a model folder needs no conversion
     try:
         state, config = read_checkpoint(checkpoint_dir, weights, step, tokenizer)
     except KeyboardInterrupt as e:  # Ctrl-C / SIGTERM while reading: the command's one line says so

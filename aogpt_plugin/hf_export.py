@@ -44,7 +44,7 @@ MODEL_MODULES = ("aogpt_plugin.model.args", "aogpt_plugin.model.model")  # and w
 # Members left out of the export, with why: each reaches outside the exported code.
 TRAINING_ONLY = {
     "aogpt_plugin.model.args": {
-        "AOGPTModelArgs.update_from_config": "torchtitan's hook: reads the job config and loads the tokenizer",
+        "AOGPTModelArgs.update_from_config": "torchtitan's hook: reads the run's settings and their tokenizer",
     },
 }
 ALLOWED_IMPORTS = frozenset({"torch", *sys.stdlib_module_names})  # the model code's; the wrapper adds transformers
@@ -386,31 +386,20 @@ def _json_bytes(value, indent: int | None = 2) -> bytes:
 
 # ---- the export ---------------------------------------------------------------------------------------
 def check_source(src: str, weights: str | None, step: int | None, tokenizer: str | None) -> bool:
-    """SRC is a model folder (True) or looks like a checkpoint (False), checked before OUT_DIR is
-    taken; the options that pick weights from a checkpoint are refused for a model folder."""
-    from .checkpoints import is_checkpoint_folder
-    from .model_dir import is_model_folder
+    """SRC is a model folder (True) or a checkpoint (False) (model_dir.source_kind), checked before OUT_DIR
+    is taken; the options that pick weights from a checkpoint are refused for a model folder."""
+    from .model_dir import MODEL_FOLDER, source_kind
 
-    if os.path.isfile(src):
-        raise UserError(f"SRC {src!r} is a file; give a model folder (aogpt convert) or a checkpoint folder")
-    if not os.path.isdir(src):
-        raise UserError(f"SRC {src!r} does not exist; give a model folder (aogpt convert) or a checkpoint folder")
-    if is_model_folder(src):
-        given = [
-            flag
-            for flag, value in (("--weights", weights), ("--step", step), ("--tokenizer", tokenizer))
-            if value is not None
-        ]
-        if given:
-            raise UserError(f"{given[0]} applies to a checkpoint SRC; {src!r} is a model folder, which has one")
-        return True
-    if os.path.isfile(os.path.join(src, "config.json")):
-        raise UserError(f"SRC {src!r}: its config.json is not an aogpt model folder's (made by `aogpt convert`)")
-    if not is_checkpoint_folder(src):
-        raise UserError(
-            f"SRC {src!r} is neither a model folder (no config.json) nor a checkpoint (no .metadata, no step-N folders)"
-        )
-    return False
+    if source_kind(src, "SRC") != MODEL_FOLDER:
+        return False
+    given = [
+        flag
+        for flag, value in (("--weights", weights), ("--step", step), ("--tokenizer", tokenizer))
+        if value is not None
+    ]
+    if given:
+        raise UserError(f"{given[0]} applies to a checkpoint SRC; {src!r} is a model folder, which has one")
+    return True
 
 
 def read_source(

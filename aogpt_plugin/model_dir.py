@@ -239,6 +239,42 @@ def is_model_folder(path: str) -> bool:
     return isinstance(raw, dict) and raw.get("format") == FORMAT
 
 
+# ---- what a source path is: the one classifier of `load`, `aogpt convert` and `aogpt export` ----------
+MODEL_FOLDER, CHECKPOINT = "model folder", "checkpoint"
+SOURCE_KINDS = {  # kind: how a message names it
+    MODEL_FOLDER: "a model folder (aogpt convert / aogpt export)",
+    CHECKPOINT: "a DCP checkpoint folder (.metadata or step-N folders)",
+}
+
+
+def source_kind(path: str, name: str = "path", kinds: tuple[str, ...] = (MODEL_FOLDER, CHECKPOINT)) -> str:
+    """MODEL_FOLDER (`aogpt convert` or `aogpt export` wrote it) or CHECKPOINT (a torchtitan DCP folder:
+    `.metadata`, a `step-N` folder or a folder of them), or one UserError naming `path` (as `name`: "path",
+    "SRC", ...) and the `kinds` the caller reads: a file, nothing, a foreign config.json, neither kind."""
+    from .checkpoints import is_checkpoint_folder
+
+    path = os.fspath(path)
+    allowed = "allowed: " + " or ".join(SOURCE_KINDS[k] for k in kinds)
+    if os.path.isfile(path):
+        raise UserError(f"{name} {path!r} is a file; {allowed}")
+    if not os.path.isdir(path):
+        raise UserError(f"{name} {path!r} does not exist; {allowed}")
+    if is_model_folder(path):
+        kind = MODEL_FOLDER
+    elif os.path.isfile(os.path.join(path, "config.json")):
+        raise UserError(f"{name} {path!r}: its config.json is not an aogpt model folder's; {allowed}")
+    elif is_checkpoint_folder(path):
+        kind = CHECKPOINT
+    else:
+        raise UserError(
+            f"{name} {path!r} is neither kind of folder; {allowed}: it is neither a model folder (no config.json) "
+            "nor a checkpoint (no .metadata, no step-N folders)"
+        )
+    if kind not in kinds:
+        raise UserError(f"{name} {path!r} is {SOURCE_KINDS[kind]}; {allowed}")
+    return kind
+
+
 def _check_replaceable(out_dir: str, force: bool) -> None:
     """An existing OUT_DIR is replaced only with --force, and only if it is a model folder holding
     nothing else: replacing deletes the old folder, so no file a user put there may be in it."""

@@ -122,7 +122,7 @@ def aogpt_table() -> list[str]:
 
 def titan_defaults() -> dict[str, object]:
     """torchtitan's JobConfig defaults by dotted key, from its source (importing torchtitan needs a GPU
-    stack or training/titan022/cpu.py's patches, and seconds; the dataclasses are plain enough to read)."""
+    stack or training/titan022/launch.py's CPU patches, and seconds; the dataclasses are plain enough to read)."""
     spec = importlib.util.find_spec("torchtitan")
     if spec is None or not spec.submodule_search_locations:
         raise SystemExit("error: torchtitan is not installed in this python (use the project's .venv)")

@@ -1,4 +1,5 @@
-"""docs/findings.md and its plots, from the study's results (scripts/reproduce_findings.py).
+"""docs/findings.md and its plots, from the study's results (scripts/reproduce_findings.py runs the study,
+scripts/study_plan.py holds its plan).
 
 Every verdict is computed here by aogpt_plugin/eval/verdicts.py: a run is summarised by the mean of
 its per-window (text), per-sequence (synthetic), per-chunk or per-sample values and their standard
@@ -15,7 +16,7 @@ import statistics
 import time
 from pathlib import Path
 
-from reproduce_findings import BATCH, OPT_IN, SAMPLING, SEQ_LEN, SYNTHETIC, TRACK, TUNED, VARIANTS, VOCAB, runs
+from study_plan import BATCH, OPT_IN, SAMPLING, SEQ_LEN, SYNTHETIC, TRACK, TUNED, VARIANTS, VOCAB, runs
 
 from aogpt_plugin.eval.verdicts import CONTRADICTED, Measurement, difference, measure, verdict, verdict_text
 from aogpt_plugin.model import FLAVORS

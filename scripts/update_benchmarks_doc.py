@@ -92,9 +92,9 @@ def format_row(result: dict) -> str:
 
 
 SPEC_START, SPEC_END = "<!-- speculative-bench:start -->", "<!-- speculative-bench:end -->"
-SPEC_INTRO = """## Speculative sampling (`aogpt bench sampler --model OUT_DIR --speculative K|auto`)
+SPEC_INTRO = """## Speculative sampling (`aogpt bench sampler --model MODEL_DIR --speculative K|auto`)
 
-Exact any-order speculative sampling (`speculative_generate` in `aogpt_plugin/sampler/generation.py`) draws the T=n
+Exact any-order speculative sampling (`speculative_generate`, its rounds in `aogpt_plugin/sampler/speculative.py`) draws the T=n
 distribution, so it is timed against T=n sequential sampling and against AR decoding of the same
 trained weights (left to right); its forward passes depend on how often the model's parallel drafts
 are accepted, which needs trained weights. Medians of the rounds; ratios as above.

@@ -19,9 +19,10 @@ import torch.nn.functional as F
 from ..devices import synchronize
 from ..model import AOGPT, AOGPTModelArgs
 from ..model.model import TransformerBlock
+from ..sampler.choices import SamplerChoices, resolve_choices
 from ..sampler.decoder import CachedDecoder, decode_model
 from ..sampler.generation import plan_generator
-from ..sampler.graphs import StepRunner, resolve_graphs, step_linears
+from ..sampler.graphs import StepRunner
 from ..sampler.prompt import generation_orders
 from ..sampler.sampling import (
     SamplingParams,
@@ -96,7 +97,8 @@ class EncoderResult:
 class StaticEncoder:
     """The encoder sampler's state at fixed addresses, so its steps are captured like the AO sampler's
     (static.py): the token table (column n is scratch), the order, tokens known, the plan of counts,
-    the step index and the noise workspace. Kept on the model's view across runs, as the AO sampler's."""
+    the step index and the noise workspace. Kept on the model's view across runs (`step_buffers`), as
+    the AO sampler's."""
 
     def __init__(self, model: EncoderMDM, batch: int, length: int, rows: int, mode: str):
         device = model.tok_embeddings.weight.device
@@ -152,14 +154,18 @@ def encoder_generate(
     seed: int = 0,
     linears: str = "auto",
     graphs: str = "off",
+    choices: SamplerChoices | None = None,
 ) -> EncoderResult:
     """The standard MDM sampler: start all-[MASK]; each step is one full forward over all n slots.
-    `graphs` (graphs.py): off runs the loop below; the other modes run the same step at fixed shapes."""
+    `graphs` (graphs.py): off runs the loop below; the other modes run the same step at fixed shapes.
+    `choices`: the AO sampler's, resolved (the benchmark's); else resolved here from `linears` and `graphs`."""
     sampling = (sampling or SamplingParams()).validate()
-    device = model.output.weight.device
-    mode = resolve_graphs(graphs, device)
-    linears = step_linears(mode, device, linears=linears)
-    view = decode_model(model, linears)  # the same Linear kernels as the AO sampler (linears.py)
+    weight = model.output.weight
+    device = weight.device
+    if choices is None:
+        choices = resolve_choices(graphs, "auto", linears, device, weight.dtype)
+    mode = choices.graphs
+    view = decode_model(model, choices.linears)  # the same Linear kernels as the AO sampler (decoder.py)
     model = view.model
     plan_gen = plan_generator(seed)
     orders = generation_orders(length, batch, None, "random", plan_gen).to(device)
@@ -170,11 +176,11 @@ def encoder_generate(
     if mode != "off":
         per_step = per_step[:, per_step.max(dim=0).values > 0]
         key = ("encoder", batch, length, mode)
-        state = view.static.get(key)
+        state = view.step_buffers.get(key)
         rows = int(per_step.max())
         if state is None or state.noise.numel() < batch * rows * state.vocab_size:
-            view.static.clear()
-            state = view.static[key] = StaticEncoder(model, batch, length, rows, mode)
+            view.step_buffers.clear()
+            state = view.step_buffers[key] = StaticEncoder(model, batch, length, rows, mode)
         state.start(orders, per_step.to(device))
         for rows in per_step.max(dim=0).values.tolist():
             state.run_step(rows, sampling, noise)
@@ -205,7 +211,7 @@ def encoder_generate(
 # ---- autoregressive decoding ----------------------------------------------------------------
 # Plain autoregressive KV-cache decoding of the AO-GPT backbone: identity order, one token per step.
 #
-# The gpt-fast decode loop (static cache, one query slot per step, no mask: the only query may see
+# The gpt-fast decode loop (preallocated cache, one query slot per step, no mask: the only query may see
 # every cached slot) -- the baseline the AO sampler at T = n is timed against, and the reference
 # that T = n with a left-to-right order must reproduce.
 
@@ -230,10 +236,12 @@ def ar_generate(
     """x_0 from [None], then x_j from slot j reading x_{j-1}; slot j is conditioned on target j."""
     sampling = (sampling or SamplingParams()).validate()
     vocab = model.model_args.vocab_size
-    device = model.tok_embeddings.weight.device
+    weight = model.tok_embeddings.weight
+    device = weight.device
+    choices = resolve_choices("off", backend, linears, device, weight.dtype, model.model_args.head_dim)
     synchronize(device)
     start_time = time.perf_counter()
-    decoder = CachedDecoder(model, batch, slots=length + 1, backend=backend, linears=linears)
+    decoder = CachedDecoder(model, batch, length + 1, choices.backend, choices.linears)
     tokens = torch.zeros(batch, length, dtype=torch.long, device=device)
     prev = torch.zeros(batch, 1, dtype=torch.long, device=device)
     workspace = noise_workspace(batch, vocab, device)

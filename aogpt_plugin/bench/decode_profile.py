@@ -22,9 +22,9 @@ from ..devices import synchronize
 from .step_profile import STEP_RANGE, cpu_works, device_works, step_windows, union_us
 
 
-def profile_decode_steps(model, config, count: int = 8) -> dict:
-    """Profile `count` decode steps from the middle of `generate(model, config)` (config.graphs a resolved
-    static mode, its shapes already warm: the bench's rounds ran them) and summarise them per kernel."""
+def profile_decode_steps(model, config, choices, count: int = 8) -> dict:
+    """Profile `count` decode steps from the middle of `generate(model, config)` with `choices` (resolved;
+    a static graphs mode, its shapes already warm: the bench's rounds ran them) and summarise them per kernel."""
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -32,14 +32,14 @@ def profile_decode_steps(model, config, count: int = 8) -> dict:
     from ..sampler.static import static_decoder
 
     device = model.tok_embeddings.weight.device
-    state = static_decoder(model, config.num_samples, config.backend, config.linears, config.graphs)
+    state = static_decoder(model, config.num_samples, choices.backend, choices.linears, choices.graphs)
     planned = config.steps  # T=n with every step drawing: one forward per step
     count = max(1, min(count, planned - 1))
     first = max(1, (planned - count) // 2)
     on_device = device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_device else [])
     prof = profile(activities=activities)
-    runner, calls, window = state.decode, [0], {}
+    runner, calls, window = state.decode_runner, [0], {}
 
     def counted(*args):
         k = calls[0]
@@ -57,11 +57,11 @@ def profile_decode_steps(model, config, count: int = 8) -> dict:
             prof.stop()
         return out
 
-    state.decode = counted
+    state.decode_runner = counted
     try:
-        generate(model, config)
+        generate(model, config, choices=choices)
     finally:
-        state.decode = runner
+        state.decode_runner = runner
     events = prof.events()
     if on_device:
         raw = prof.profiler.kineto_results

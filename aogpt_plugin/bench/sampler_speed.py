@@ -6,7 +6,7 @@ All three use random weights of one flavor (timing of a fixed step count does no
   ar       - a plain causal GPT of the same backbone (conditioning=none), KV-cache decode, n steps
   spec     - with --speculative K|auto: exact speculative sampling (sampler/generation.py), whose
              forward passes depend on how often drafts are accepted -- so time it on a trained model:
-             --model OUT_DIR replaces the random weights; ao, spec and ar (the same weights read left
+             --model MODEL_DIR replaces the random weights; ao, spec and ar (the same weights read left
              to right) all use it, and the encoder is left out.
 Each is run once untimed first (warm-up: allocator, kernels, flex compile). Then --repeats rounds
 each time every variant once, in turn, so drift on a shared machine hits all of them alike; seconds
@@ -35,6 +35,7 @@ from . import median_and_range
 
 if TYPE_CHECKING:  # the models and samplers load when a benchmark runs, not for `--help`
     from ..model import AOGPT
+    from ..sampler.choices import SamplerChoices
 
 
 def add_to(subparsers) -> None:
@@ -50,7 +51,7 @@ def add_to(subparsers) -> None:
     )
     p.add_argument("--threads", type=int, default=None, help="CPU intra-op threads (default: torch's choice)")
     p.add_argument("--repeats", type=int, default=3, help="timed rounds of every variant (default 3)")
-    p.add_argument("--model", default=None, metavar="OUT_DIR", help="a converted (trained) model instead of --flavor")
+    p.add_argument("--model", default=None, metavar="MODEL_DIR", help="a converted (trained) model instead of --flavor")
     p.add_argument("--speculative", default=None, metavar="K|auto", help="also time speculative sampling")
     add_graphs_arg(p)
     p.add_argument(
@@ -78,7 +79,7 @@ def step_values(n: int) -> list[int]:
 
 def check_args(args) -> None:
     from ..model_dir import read_config
-    from ..sampler.generation import parse_draft
+    from ..sampler.speculative import parse_draft
 
     if args.speculative is not None:
         args.speculative = parse_draft(args.speculative)
@@ -153,42 +154,41 @@ def run_bench(
     batch: int,
     device,
     dtype,
-    backend: str = "auto",
-    linears: str = "aten",
+    choices: SamplerChoices,
     repeats: int = 1,
     model: AOGPT | None = None,
     speculative: int | str | None = None,
-    graphs: str = "off",
     t_values: str = "all",
     profile_steps: int = 0,
 ) -> dict:
     """Median timings (seconds) over `repeats` interleaved rounds, forward-pass counts, and the
-    headline ratios. `linears` is a resolved kernel (aten | onednn, see sampler.decoder.resolve_linear_kernel).
-    `model` (trained weights) replaces the flavor's random AO and AR models and drops the encoder.
-    `graphs` (a resolved mode) applies to all three alike: with it on, AR decoding is the AO sampler's
-    static step at T=n with the identity order on the conditioning-free backbone. `profile_steps` > 0 (a
-    static `graphs` mode) adds "step_profile": that many AO decode steps at T=n profiled (decode_profile.py)."""
+    headline ratios. `choices`: the run's graphs mode, attention and Linear kernel, resolved once
+    (sampler/choices.py) and applied to all three alike: with graphs on, AR decoding is the AO sampler's
+    static step at T=n with the identity order on the conditioning-free backbone. `model` (trained
+    weights) replaces the flavor's random AO and AR models and drops the encoder. `profile_steps` > 0 (a
+    static graphs mode) adds "step_profile": that many AO decode steps at T=n profiled (decode_profile.py)."""
     from ..sampler.generation import SampleConfig, generate, noise_generator, speculative_generate
     from .baselines import ar_generate, build_encoder_mdm, encoder_generate
 
+    graphs, backend, linears = choices.graphs, choices.backend, choices.linears
     steps = step_values(n) if t_values == "all" else [n]
     ao = model if model is not None else build_decoder(flavor, "adaln", device, dtype)
     ar = model if model is not None else build_decoder(flavor, "none", device, dtype)
     enc = build_encoder_mdm(FLAVORS[flavor], device, dtype) if model is None else None
-    common = dict(length=n, num_samples=batch, seed=1, backend=backend, linears=linears, graphs=graphs)
+    common = dict(length=n, num_samples=batch, seed=1)
 
     def spec_run():
-        return speculative_generate(ao, SampleConfig(steps=n, **common), speculative)[0]
+        return speculative_generate(ao, SampleConfig(steps=n, **common), speculative, choices=choices)[0]
 
     def ao_run(t: int):
-        return generate(ao, SampleConfig(steps=t, **common))
+        return generate(ao, SampleConfig(steps=t, **common), choices=choices)
 
     def enc_run(t: int):
-        return encoder_generate(enc, n, t, batch, seed=1, linears=linears, graphs=graphs)
+        return encoder_generate(enc, n, t, batch, seed=1, choices=choices)
 
     def ar_run():
         if graphs != "off":  # the same noise stream as ar_generate's: the same tokens
-            return generate(ar, SampleConfig(steps=n, order="l2r", **common))
+            return generate(ar, SampleConfig(steps=n, order="l2r", **common), choices=choices)
         return ar_generate(ar, n, batch, generator=noise_generator(1, device), backend=backend, linears=linears)
 
     variants = {f"ao {t}": lambda t=t: ao_run(t) for t in steps}
@@ -203,7 +203,7 @@ def run_bench(
         ao_run(steps[-1])
         ao_run(steps[0])
         if enc is not None:
-            encoder_generate(enc, n, min(2, n), batch, seed=1, linears=linears)
+            encoder_generate(enc, n, min(2, n), batch, seed=1, choices=choices)
     else:  # every step shape of every variant compiled and captured before the timed rounds
         for t in steps:
             ao_run(t)
@@ -228,7 +228,7 @@ def run_bench(
         from .decode_profile import profile_decode_steps
 
         _log(f"  profiling {profile_steps} AO decode steps at T={n}")
-        profiled["step_profile"] = profile_decode_steps(ao, SampleConfig(steps=n, **common), profile_steps)
+        profiled["step_profile"] = profile_decode_steps(ao, SampleConfig(steps=n, **common), choices, profile_steps)
     return {
         "flavor": flavor,
         "n": n,
@@ -296,23 +296,22 @@ def command_line(argv: list[str]) -> str:
 def run(args) -> int:
     import torch
 
-    from ..model_dir import load_model_dir
-    from ..sampler.decoder import resolve_linear_kernel
-    from ..sampler.graphs import resolve_graphs, step_linears
+    from ..model_dir import load_model_dir, read_config
+    from ..sampler.choices import resolve_choices
 
     check_args(args)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype or ("bfloat16" if device.type == "cuda" else "float32"))
-    graphs = resolve_graphs(args.graphs, device)
-    if args.step_profile is not None and graphs == "off":
+    model_args = read_config(args.model).model_args if args.model is not None else FLAVORS[args.flavor]
+    # a bad combination fails here, before any model is built
+    choices = resolve_choices(args.graphs, args.backend, args.linears, device, dtype, model_args.head_dim)
+    if args.step_profile is not None and choices.graphs == "off":
         raise UserError(
             f"--step-profile profiles the static step; --graphs {args.graphs} runs the dynamic sampler on "
             f"{device.type}; allowed with it: on, compile, static"
         )
-    wanted = step_linears(graphs, device, args.backend, args.linears)
-    linears = resolve_linear_kernel(wanted, device, dtype)  # a bad combination fails before any model is built
     model = None
     if args.model is not None:
         model = load_model_dir(args.model, device, dtype, verify=args.verify).model.eval().requires_grad_(False)
@@ -322,12 +321,10 @@ def run(args) -> int:
         args.batch,
         device,
         dtype,
-        args.backend,
-        linears,
+        choices,
         args.repeats,
         model,
         args.speculative,
-        graphs,
         args.t_values,
         PROFILED_STEPS if args.step_profile is not None else 0,
     )

@@ -18,7 +18,9 @@ def add_to(subparsers) -> None:
     p = subparsers.add_parser("genppl", help="generation perplexity of samples under a causal scorer")
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--samples", metavar="FILE", help="samples: sampler --json output, JSON/JSON lines, or text")
-    source.add_argument("--model", metavar="OUT_DIR", help="sample from this converted model first (needs the sampler)")
+    source.add_argument(
+        "--model", metavar="MODEL_DIR", help="sample from this converted model first (needs the sampler)"
+    )
     p.add_argument("--scorer", required=True, help="converted aogpt model folder (read left to right) or hf:NAME")
     p.add_argument(
         "--tokens",
@@ -115,7 +117,7 @@ def _check_sampling_args(args) -> None:
         return
     if args.num_samples is None:
         raise UserError("--model needs --num-samples N (how many samples to draw)")
-    from ..sampler.generation import check_sampling_flags
+    from ..sampler.speculative import check_sampling_flags
 
     args.speculative = check_sampling_flags(args.speculative, args.steps, distribution="the T=length distribution")
     if args.save_samples:
@@ -136,20 +138,12 @@ def sample_from_model(args, device, say):
     from ..seeding import stream_seed
     from .samples import Sample, SampleSet
 
-    request = SampleRequest(
-        num_samples=min(args.batch_size, args.num_samples),
-        length=args.length,
-        steps=args.steps,
-        order=args.sample_order,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        top_k=args.top_k,
-        speculative=args.speculative,
-        seed=args.seed,
-        graphs=args.graphs,
+    request = SampleRequest.from_args(
+        args, renamed={"order": "sample_order"}, num_samples=min(args.batch_size, args.num_samples)
     )
-    plan = request.plan(read_config(args.model).model_args, encode=None)  # no prompt: nothing to tokenize
-    model_dir = load_model_dir(args.model, device, resolve_dtype(args.dtype), verify=args.verify)
+    dtype = resolve_dtype(args.dtype)
+    plan = request.plan(read_config(args.model).model_args, None, device, dtype)  # no prompt: nothing to tokenize
+    model_dir = load_model_dir(args.model, device, dtype, verify=args.verify)
     tokenizer = model_dir.tokenizer(check_vocab=False)
     settings = {
         "model": args.model,

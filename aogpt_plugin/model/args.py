@@ -1,7 +1,7 @@
 """Model hyper-parameters of AO-GPT and its named sizes (torchtitan's `BaseModelArgs` contract, duck-typed).
 
 The sampler and evaluator import this file without torchtitan, so it only duck-types
-torchtitan's interface: `update_from_config(job_config)` and `get_nparams_and_flops(model, seq_len)`.
+torchtitan's interface: `update_from_config(settings)` and `get_nparams_and_flops(model, seq_len)`.
 `FLAVORS` are the sizes `--model.flavor` selects: `small` and `medium` are the paper's Table 3
 (GPT-2 small / medium shapes, 1024 positions); `debugmodel`, `tiny` and `mini` train on 2 CPU cores.
 """
@@ -80,19 +80,18 @@ class AOGPTModelArgs:
         return cls(**d)
 
     # ---- torchtitan BaseModelArgs contract -------------------------------------------------
-    def update_from_config(self, job_config, **kwargs) -> None:
-        """Copy the AO options of the `[aogpt]` TOML section in (and the tokenizer's vocabulary size)
-        and check `training.seq_len`."""
-        ao = getattr(job_config, "aogpt", None)
+    def update_from_config(self, settings, **kwargs) -> None:
+        """Copy the AO options of the `[aogpt]` TOML section in (and its tokenizer's vocabulary size) and
+        check `training.seq_len`. `settings`: the run's settings (training/sections.py), or the JobConfig
+        torchtitan 0.2.2's Trainer passes, which has the same paths."""
+        ao = getattr(settings, "aogpt", None)
         if ao is not None:
-            from ..data.tokenizer import load_tokenizer
-
             self.conditioning = ao.conditioning
             self.target_pe_dim = ao.target_pe_dim
-            self.vocab_size = load_tokenizer(ao.tokenizer).get_vocab_size()  # the embedding follows the tokenizer
+            self.vocab_size = ao.vocab_size()  # the embedding follows the tokenizer
         self.validate()
-        owner = f"model.flavor={job_config.model.flavor!r}"
-        check_positions("training.seq_len", job_config.training.seq_len, self.max_seq_len, owner)
+        owner = f"model.flavor={settings.model.flavor!r}"
+        check_positions("training.seq_len", settings.training.seq_len, self.max_seq_len, owner)
 
     def get_nparams_and_flops(self, model: nn.Module, seq_len: int) -> tuple[int, int]:
         """Total parameters and training FLOPs per token (forward + backward).

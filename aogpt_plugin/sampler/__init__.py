@@ -25,7 +25,7 @@ _EXPORTS = {  # name: module that defines it (imported on first use: `aogpt samp
     "parse_infill": "prompt",
     "SamplingParams": "sampling",
     "sample_tokens": "sampling",
-    "SpeculativeStats": "generation",
+    "SpeculativeStats": "speculative",
     "speculative_generate": "generation",
 }
 __all__ = list(_EXPORTS)

@@ -20,7 +20,7 @@ from .options import BACKENDS, COUNTS, SCHEDULES, add_graphs_arg
 
 def add_to(subparsers) -> None:
     p = subparsers.add_parser("sample", help="generate text from a converted model (any order, KV cache)")
-    p.add_argument("--model", required=True, metavar="OUT_DIR", help="converted model folder (aogpt convert)")
+    p.add_argument("--model", required=True, metavar="MODEL_DIR", help="converted model folder (aogpt convert)")
     p.add_argument("--num-samples", type=int, default=1, metavar="B", help="samples in the batch (default 1)")
     p.add_argument("--length", type=int, default=None, metavar="N", help="tokens per sample (default: all positions)")
     p.add_argument("--steps", type=int, default=None, metavar="T", help="denoising steps, 1..N (default N)")
@@ -59,8 +59,9 @@ def add_to(subparsers) -> None:
     p.set_defaults(run=run)
 
 
-def check_args(args):
-    """(config, SamplePlan) from the command line and config.json alone -- no weights read."""
+def check_args(args, device, dtype):
+    """(config, SamplePlan) from the command line and config.json alone, for weights of `dtype` on
+    `device` -- no weights read."""
     from ..model_dir import read_config
     from .request import SampleRequest
 
@@ -73,23 +74,22 @@ def check_args(args):
             tokenizer = config.build_tokenizer(args.model, check_vocab=False)
         return tokenizer.encode(text)
 
-    return config, SampleRequest.from_args(args).plan(config.model_args, encode)
+    return config, SampleRequest.from_args(args).plan(config.model_args, encode, device, dtype)
 
 
-def check_fits(model_args, sample_config, prompt, device, dtype, draft, flag: str = "--num-samples") -> None:
+def check_fits(model_args, plan, device, dtype, flag: str = "--num-samples") -> None:
     """A batch that cannot fit in the device's free memory is refused before the weights load (it
     would otherwise swap for hours, or be killed after the work), naming the largest that fits."""
     from ..devices import available_memory, format_bytes
     from .generation import memory_per_sample
-    from .graphs import resolve_graphs
 
     free = available_memory(device)
     if free is None:
         return
-    itemsize = dtype.itemsize
+    sample_config, itemsize = plan.config, dtype.itemsize
     weights = _parameter_bytes(model_args, itemsize)
-    static = resolve_graphs(sample_config.graphs, device) != "off"
-    per_sample = memory_per_sample(model_args, sample_config, len(prompt), itemsize, draft, static)
+    static = plan.choices.graphs != "off"
+    per_sample = memory_per_sample(model_args, sample_config, len(plan.prompt), itemsize, plan.draft, static)
     batch = sample_config.num_samples
     if weights + batch * per_sample <= free:
         return
@@ -112,15 +112,13 @@ def run(args) -> int:
     from ..devices import device_name, resolve_device, resolve_dtype
     from ..model_dir import load_model_dir
     from .generation import samples_record
-    from .graphs import resolve_graphs, step_linears
     from .request import run_plan
 
-    config, plan = check_args(args)
-    sample_config, prompt = plan.config, plan.prompt
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype)
-    check_fits(config.model_args, sample_config, prompt, device, dtype, plan.draft)
-    step_linears(resolve_graphs(sample_config.graphs, device), device, sample_config.backend, sample_config.linears)
+    config, plan = check_args(args, device, dtype)
+    sample_config, prompt = plan.config, plan.prompt
+    check_fits(config.model_args, plan, device, dtype)
     model_dir = load_model_dir(args.model, device=device, dtype=dtype, verify=args.verify)
     tokenizer = model_dir.tokenizer(check_vocab=False)
     samples = run_plan(model_dir.model, plan, tokenizer.decode, progress=not args.no_progress)

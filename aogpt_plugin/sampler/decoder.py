@@ -1,4 +1,4 @@
-"""AO-GPT's layers run on a few new slots against a static KV cache (one cached forward pass).
+"""AO-GPT's layers run on a few new slots against a preallocated KV cache (one cached forward pass).
 
 A slot is described exactly as in training: the token it reads and that token's position (or the
 [None] start slot), plus the target position it is conditioned on. New keys/values are written
@@ -14,7 +14,7 @@ write into, so every write has a valid target and nothing real is hit.
 Attention runs as SDPA with a dense boolean mask or as compiled FlexAttention with a BlockMask; both
 compute the same masked softmax attention (tests check they agree). Which is faster depends on the
 device: on CPU in torch 2.13, SDPA with a bool mask beats compiled flex at every decode shape, while
-on CUDA flex skips the masked-out blocks of the static cache. `auto` picks per device.
+on CUDA flex skips the masked-out blocks of the cache. `auto` picks per device (choices.py).
 """
 
 from __future__ import annotations
@@ -28,48 +28,28 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
-from ..errors import UserError
 from ..model import AOGPT
-from .compile_limits import raise_compile_limits
+from .graphs import raise_compile_limits
 from .masks import FlexStepMask, dense_mask
-from .options import BACKENDS, LINEAR_KERNELS
 
 # ---- attention backends ---------------------------------------------------------------------
 
 _compiled_flex: dict[bool, object] = {}
 
 
-def compiled_flex_attention(static: bool = False):
-    """The compiled flex instances of the process, one per kind. dynamic=True (the dynamic sampler):
-    ~3 graphs for all step shapes. static: a graph per shape, with the batch known, which is what lets
-    inductor pick the FlexDecoding kernel for short queries (the static step has few shapes).
+def compiled_flex_attention(per_shape: bool = False):
+    """The compiled flex instances of the process, one per kind. Not per shape (the dynamic sampler,
+    dynamic=True): ~3 graphs for all step shapes. `per_shape` (the static step): a graph per shape, with
+    the batch known, which is what lets inductor pick the FlexDecoding kernel for short queries (the
+    static step has few shapes).
 
     Every `torch.compile(flex_attention)` wrapper shares the code cache and eats into
-    `recompile_limit`, so there is one of each (as torchtitan does), under raised limits.
+    `recompile_limit`, so there is one of each (as torchtitan does), under raised limits (graphs.py).
     """
-    if static not in _compiled_flex:
+    if per_shape not in _compiled_flex:
         raise_compile_limits()
-        _compiled_flex[static] = torch.compile(flex_attention, dynamic=not static)
-    return _compiled_flex[static]
-
-
-# Compiled flex on CPU (torch 2.13) returns wrong attention for head_dim 8 and 16 whenever the key
-# length is not a multiple of 128 (checked against SDPA; 24, 32, 48, 64, 128 are right).
-CPU_FLEX_MIN_HEAD_DIM = 24
-
-
-def resolve_backend(backend: str, device: torch.device | str, head_dim: int | None = None) -> str:
-    if backend not in BACKENDS:
-        raise UserError(f"backend={backend!r} is not supported; allowed: {', '.join(BACKENDS)}")
-    on_cpu = torch.device(device).type == "cpu"
-    if backend == "auto":
-        return "sdpa" if on_cpu else "flex"
-    if backend == "flex" and on_cpu and head_dim is not None and head_dim < CPU_FLEX_MIN_HEAD_DIM:
-        raise UserError(
-            f"backend='flex' on CPU gives wrong results for head_dim={head_dim} in this torch "
-            f"(needs head_dim >= {CPU_FLEX_MIN_HEAD_DIM}); use backend 'sdpa' or 'auto'"
-        )
-    return backend
+        _compiled_flex[per_shape] = torch.compile(flex_attention, dynamic=not per_shape)
+    return _compiled_flex[per_shape]
 
 
 def sdpa_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -78,9 +58,9 @@ def sdpa_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.T
 
 
 def flex_attend(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask: BlockMask, static: bool = False
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask: BlockMask, per_shape: bool = False
 ) -> torch.Tensor:
-    return compiled_flex_attention(static)(q, k, v, block_mask=block_mask)
+    return compiled_flex_attention(per_shape)(q, k, v, block_mask=block_mask)
 
 
 # ---- the decode view: adaLN tables and packed Linears ---------------------------------------
@@ -102,28 +82,10 @@ def flex_attend(
 # The view is built once per model and rebuilt whenever any parameter is written in place (tensor
 # version counters), so a model that keeps training never samples with stale weights. The caller's
 # model is never modified.
-# LINEAR_KERNELS (the choices) live in options.py with the sampler's other choices.
+# Which kernel runs is decided once per run (choices.py: `resolve_linear_kernel`); the view takes it resolved.
 
 # Row count oneDNN lays the packed weight out for; 4 was best or within noise of best for 1-256 rows.
 PACK_ROWS_HINT = 4
-
-
-def onednn_available(device: torch.device | str, dtype: torch.dtype) -> bool:
-    return torch.device(device).type == "cpu" and dtype == torch.float32 and torch.backends.mkldnn.is_available()
-
-
-def resolve_linear_kernel(kernel: str, device: torch.device | str, dtype: torch.dtype) -> str:
-    """'auto' -> onednn for float32 on CPU (when torch has oneDNN), else aten."""
-    if kernel not in LINEAR_KERNELS:
-        raise UserError(f"linears={kernel!r} is not supported; allowed: {', '.join(LINEAR_KERNELS)}")
-    if kernel == "auto":
-        return "onednn" if onednn_available(device, dtype) else "aten"
-    if kernel == "onednn" and not onednn_available(device, dtype):
-        raise UserError(
-            f"linears='onednn' needs float32 on a CPU with oneDNN (got {dtype} on {torch.device(device)}); "
-            "allowed here: auto, aten"
-        )
-    return kernel
 
 
 class PackedLinear(nn.Module):
@@ -169,7 +131,7 @@ class DecodeView:
     model: nn.Module
     tabled: bool  # adaLN conditioning is given as target indices (B, W, 1)
     linears: str  # the Linear kernel in use: aten | onednn
-    static: dict = field(default_factory=dict)  # the static decoder of these weights (static.py)
+    step_buffers: dict = field(default_factory=dict)  # the static step's buffers for these weights (static.py)
 
 
 def build_view(model: nn.Module, linears: str) -> DecodeView:
@@ -196,20 +158,20 @@ def _weights_key(model: nn.Module) -> tuple | None:
         return None
 
 
-def decode_model(model: nn.Module, linears: str = "auto") -> DecodeView:
-    weight = next(model.parameters())
-    kernel = resolve_linear_kernel(linears, weight.device, weight.dtype)
-    key = (kernel, _weights_key(model))
+def decode_model(model: nn.Module, linears: str) -> DecodeView:
+    """The model's decode view with the resolved Linear kernel `linears` (aten | onednn): built once
+    per (kernel, weights) and reused."""
+    key = (linears, _weights_key(model))
     cached = _views.get(model)
     if key[1] is not None and cached is not None and cached[0] == key:
         return cached[1]
-    view = build_view(model, kernel)
+    view = build_view(model, linears)
     if key[1] is not None:
         _views[model] = (key, view)
     return view
 
 
-# ---- the static cache -----------------------------------------------------------------------
+# ---- the preallocated cache -----------------------------------------------------------------
 class KVCache:
     def __init__(
         self,
@@ -247,23 +209,16 @@ class KVCache:
 
 # ---- the cached forward pass ----------------------------------------------------------------
 class CachedDecoder:
-    def __init__(
-        self,
-        model: AOGPT,
-        batch: int,
-        slots: int,
-        backend: str = "auto",
-        linears: str = "auto",
-        static: bool = False,
-    ):
-        """`static`: every step attends over all `slots` at fixed shapes (static.py)."""
+    def __init__(self, model: AOGPT, batch: int, slots: int, backend: str, linears: str, flex_per_shape: bool = False):
+        """`backend` (sdpa | flex) and `linears` (aten | onednn) as resolved (choices.py).
+        `flex_per_shape`: compile flex per step shape, for the static step (static.py) on CUDA."""
         args = model.model_args
         weight = model.tok_embeddings.weight
         self.view = decode_model(model, linears)
         self.model, self.batch = self.view.model, batch
         self.device = weight.device
-        self.static_flex = static and self.device.type == "cuda"  # on a CPU a graph per shape only costs compile time
-        self.backend = resolve_backend(backend, self.device, args.head_dim)
+        self.flex_per_shape = flex_per_shape and self.device.type == "cuda"  # on a CPU it only costs compile time
+        self.backend = backend
         self.cache = KVCache(args.n_layers, batch, args.n_heads, slots, args.head_dim, weight.dtype, self.device)
         self.flex_mask = FlexStepMask(batch, self.device) if self.backend == "flex" else None
 
@@ -286,7 +241,7 @@ class CachedDecoder:
 
         SDPA attends only over the first kv_len cache slots (the most any sample can see); a
         lock-step batch shares one mask, and a lock-step one-slot step (AR-like) needs none.
-        Flex always spans the whole static cache: its BlockMask skips the unused blocks.
+        Flex always spans the whole cache: its BlockMask skips the unused blocks.
         """
         if self.backend == "flex":
             dev = [t.to(self.device, non_blocking=True) for t in (cache_len, pending, width)]
@@ -316,7 +271,7 @@ class CachedDecoder:
                 else:
                     cache.write(i, k, v, slots)
                 if flex:
-                    return flex_attend(q, cache.k[i], cache.v[i], mask, self.static_flex)
+                    return flex_attend(q, cache.k[i], cache.v[i], mask, self.flex_per_shape)
                 return sdpa_attend(q, cache.k[i][:, :, :kv_len], cache.v[i][:, :, :kv_len], mask)
 
             h = layer(h, cond, attend=attend)

@@ -12,8 +12,9 @@ With inductor the second call compiles and runs the compiled step; the call afte
 captures it. Captured graphs share one memory pool: their inputs and outputs are the caller's
 buffers or read before the next replay, so they may replay in any order.
 
-Modes (options.GRAPHS): `static` runs every call eagerly; `on` captures the eager step on CUDA and
-compiles it with inductor on a CPU (which has no graphs); `compile` compiles, then captures on CUDA.
+Modes (options.GRAPHS, resolved by choices.py): `static` runs every call eagerly; `on` captures the eager
+step on CUDA (off CUDA it resolves to `compile`: a CPU has no graphs); `compile` compiles with inductor,
+then captures on CUDA. Compiling raises Dynamo's recompile limits process-wide (`raise_compile_limits`).
 """
 
 from __future__ import annotations
@@ -23,39 +24,25 @@ from collections.abc import Callable
 
 import torch
 
-from ..errors import UserError
-from .compile_limits import raise_compile_limits
-from .options import GRAPHS
-
-
-def resolve_graphs(mode: str, device: torch.device | str) -> str:
-    """`auto` -> `on` on CUDA (launch-bound there), `off` elsewhere (a CPU is compute-bound)."""
-    if mode not in GRAPHS:
-        raise UserError(f"graphs={mode!r} is not supported; allowed: {', '.join(GRAPHS)}")
-    if mode == "auto":
-        return "on" if torch.device(device).type == "cuda" else "off"
-    return mode
-
 
 def uses_inductor(mode: str, device: torch.device | str) -> bool:
-    """Whether a resolved mode compiles the step with inductor (which packs its own Linear weights)."""
+    """Whether `mode` compiles the step with inductor (which packs its own Linear weights)."""
     return mode == "compile" or (mode == "on" and torch.device(device).type != "cuda")
 
 
-def step_linears(mode: str, device: torch.device | str, backend: str = "auto", linears: str = "auto") -> str:
-    """The Linear kernel a static step in a resolved `mode` runs with, or one UserError for what inductor
-    cannot compile: it lowers aten Linears (and packs them itself), not oneDNN's packed ones, and on a CPU
-    it cannot lower FlexAttention inside the step. The commands ask before loading any weights."""
-    if not uses_inductor(mode, device):
-        return linears
-    if linears == "onednn":
-        raise UserError(f"linears='onednn' cannot be compiled (graphs={mode!r}); allowed with it: auto, aten")
-    if backend == "flex" and torch.device(device).type != "cuda":
-        raise UserError(
-            f"backend='flex' cannot be compiled into the step on {torch.device(device).type} (graphs={mode!r}: "
-            "inductor lowers FlexAttention there only alone); allowed with it: sdpa, auto"
-        )
-    return "aten"
+# Dynamo keeps one cache per code object, and every compiled flex wrapper of the process shares
+# flex_attention's: a static step adds an entry per (batch, width) shape, the dynamic sampler a few more.
+# A code object past `recompile_limit` (8 by default) runs eagerly from then on, and eager flex cannot be
+# captured in a CUDA graph (it copies a host scalar), so one long process (an eval, a test session) that
+# sampled many shapes failed its next capture. The limits are raised, never lowered, before a first compile.
+RECOMPILE_LIMIT = 64
+
+
+def raise_compile_limits() -> None:
+    """Room for a compiled graph per step shape (the sampler's and flex's, decoder.py), process-wide."""
+    config = torch._dynamo.config
+    config.recompile_limit = max(config.recompile_limit, RECOMPILE_LIMIT)
+    config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, 4 * RECOMPILE_LIMIT)
 
 
 def _addresses(args) -> tuple:

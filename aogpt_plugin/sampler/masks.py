@@ -1,4 +1,4 @@
-"""The parallel-generation attention mask (paper Figure 10) over a static cache, per sample.
+"""The parallel-generation attention mask (paper Figure 10) over a preallocated cache, per sample.
 
 A step of sample b feeds `width` query slots written to cache slots cache_len .. cache_len+width-1:
 first its `pending` real slots (not yet encoded), then width - pending duplicates of the last one.

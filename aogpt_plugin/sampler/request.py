@@ -2,13 +2,15 @@
 .generate`) share, so the same options and seed give the same tokens from both.
 
     request = SampleRequest(num_samples=4, length=128, steps=32, top_p=0.95, seed=0)
-    plan = request.plan(model.model_args, tokenizer.encode)   # every value checked; no weights needed
+    plan = request.plan(model.model_args, tokenizer.encode, device, dtype)   # every value checked, no weights
     samples = run_plan(model, plan, tokenizer.decode)          # tokens (B, n) and their texts
 
-`plan` checks every option against the model's args (positions, vocabulary) and turns text spans into
-token ids, before any weight is read; `run_plan` runs the parallel sampler (`generate`) or, with
-`speculative`, the exact speculative one (`speculative_generate`). A new sampler option is one field
-here: the CLI reads it off its flag of the same name, the API takes it as a keyword.
+`plan` checks every option against the model's args (positions, vocabulary), turns text spans into
+token ids and decides, once, what the run runs with on `device` (choices.py: how each step runs, the
+attention, the Linear kernel, the parallel or the speculative sampler), before any weight is read;
+`run_plan` runs that sampler (`generate` or `speculative_generate`) with those choices. A new sampler
+option is one field here: the commands read it off their flags (`from_args`), the API takes it as a
+keyword.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
     import torch
 
     from ..model import AOGPT, AOGPTModelArgs
+    from .choices import SamplerChoices
     from .generation import GenerationResult, SampleConfig
     from .prompt import Prompt
 
@@ -55,17 +58,30 @@ class SampleRequest:
     graphs: str = "auto"
 
     @classmethod
-    def from_args(cls, args) -> SampleRequest:
-        """The request an argparse namespace holds (its flags are named as the fields)."""
-        return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})
+    def from_args(cls, args, renamed: dict[str, str] | None = None, **given) -> SampleRequest:
+        """The request an argparse namespace holds: each field read off the flag of its name (or the one
+        `renamed` maps it to: genppl's `--sample-order` for `order`), a field the command has no flag for
+        at its default; `given` values replace what the flags say."""
+        names = {f.name: (renamed or {}).get(f.name, f.name) for f in dataclasses.fields(cls)}
+        read = {field: getattr(args, name) for field, name in names.items() if hasattr(args, name)}
+        return cls(**(read | given))
 
-    def plan(self, model_args: AOGPTModelArgs, encode: Callable[[str], list[int]]) -> SamplePlan:
-        """The checked run for a model with `model_args`; `encode` tokenizes prompt text (called only
-        when there is some). Raises UserError naming the first bad value; reads no weights."""
+    def plan(
+        self,
+        model_args: AOGPTModelArgs,
+        encode: Callable[[str], list[int]] | None,
+        device: torch.device | str,
+        dtype: torch.dtype,
+    ) -> SamplePlan:
+        """The checked run for a model with `model_args` whose weights will be `dtype` on `device`;
+        `encode` tokenizes prompt text (called only when there is some). Raises UserError naming the
+        first bad value; reads no weights."""
         import torch
 
-        from .generation import SampleConfig, check_sampling_flags
+        from .choices import resolve_choices
+        from .generation import SampleConfig
         from .sampling import SamplingParams
+        from .speculative import check_sampling_flags
 
         draft = check_sampling_flags(self.speculative, self.steps, self.schedule, self.counts)
         length = model_args.max_seq_len if self.length is None else self.length
@@ -85,11 +101,14 @@ class SampleRequest:
             **{k: v for k, v in given.items() if v is not None},
         )
         config.validate(model_args.max_seq_len, prompt, model_args.vocab_size, speculative=draft is not None)
+        choices = resolve_choices(
+            config.graphs, config.backend, config.linears, device, dtype, model_args.head_dim, draft is not None
+        )
         if tensor_order is not None:  # checked here, before any weight is used
             from .prompt import fill_orders
 
             fill_orders(prompt.free_positions(length), config.num_samples, tensor_order)
-        return SamplePlan(config, prompt, draft, tensor_order)
+        return SamplePlan(config, prompt, choices, draft, tensor_order)
 
     def _prompt(self, encode: Callable[[str], list[int]]) -> Prompt:
         """The given tokens of `prompt` (at position 0) and `infill`."""
@@ -107,11 +126,13 @@ class SampleRequest:
 
 @dataclass
 class SamplePlan:
-    """A checked sampling run: the sampler's config, the given tokens, the speculative draft size
-    (None: the parallel sampler) and a tensor fill order (None: config.order)."""
+    """A checked sampling run: the sampler's config, the given tokens, what the run runs with (resolved
+    once), the speculative draft size (None: the parallel sampler) and a tensor fill order (None:
+    config.order)."""
 
     config: SampleConfig
     prompt: Prompt
+    choices: SamplerChoices
     draft: int | str | None = None
     order: torch.Tensor | None = None
 
@@ -128,17 +149,19 @@ class Samples:
 
 
 def run_plan(model: AOGPT, plan: SamplePlan, decode: Callable[[list[int]], str], progress: bool = False) -> Samples:
-    """Sample `plan` with `model` and decode every row with `decode`."""
+    """Sample `plan` with `model` (its weights on the device and dtype it was planned for) and decode every
+    row with `decode`."""
+    from .choices import SPECULATIVE
     from .generation import generate, speculative_generate
 
-    config, speculative = plan.config, {}
-    if plan.draft is None:
-        result = generate(model, config, plan.prompt, order=plan.order, progress=progress)
-    else:
+    config, choices, speculative = plan.config, plan.choices, {}
+    if choices.sampler == SPECULATIVE:
         result, stats = speculative_generate(
-            model, config, plan.draft, plan.prompt, order=plan.order, progress=progress
+            model, config, plan.draft, plan.prompt, order=plan.order, progress=progress, choices=choices
         )
         generated = config.length - len(plan.prompt)  # per sample; a forward serves the whole batch
         speculative = {"speculative": plan.draft, **stats.as_dict(generated, result.forward_passes)}
+    else:
+        result = generate(model, config, plan.prompt, order=plan.order, progress=progress, choices=choices)
     texts = [decode(row) for row in result.tokens.tolist()]
     return Samples(result.tokens, texts, result, speculative)

@@ -8,18 +8,20 @@ life of a `StaticDecoder`:
   the KV cache over S slots (every position of the model, rounded up to FlexAttention's block; the
       last slot is scratch: padded query rows write there and nothing real is ever read from it),
   per sample: the order (positions), the token table in order (`in_order`), known / cache_len /
-      pending (generation.py's names), the width of the step, and the plan: the tokens it unmasks
+      pending (step.py's names), the width of the step, and the plan: the tokens it unmasks
       at each step that runs a forward,
   the step index, and the float64 noise of the step (drawn outside, with the sampler's generator).
 
 `decode_step` is a pure function of those buffers and of aranges of two sizes: W, the step's width
 bucket (a power of two at least as wide as its widest sample), and R, the rows it draws (its largest
-count). It derives the step's geometry on the device with the dynamic sampler's formulas, writes K/V
+count). It runs the step formulas of step.py (the dynamic sampler's) on the device, writes K/V
 by tensor index, attends over the whole static cache under a mask built on the device from the
 per-sample lengths (a dense mask for SDPA; kv-block lists for FlexAttention, which skips the blocks
 past each sample), draws the tokens and advances the state: no host reads, no branches on values.
-The host knows every step's W and R before it starts, because the counts are drawn up front
-(`plan_steps`), so it only picks the graph to replay.
+The host knows every step's W and R before it starts, because the counts are drawn up front and
+`plan_steps` runs the same geometry ahead, so it only picks the graph to replay (`StaticDecoder.decode`).
+A forward whose geometry the host decides per round (the speculative sampler's) runs as
+`forward_set_step` (`StaticDecoder.forward_rows`).
 
 Same seed, same tokens as the dynamic sampler: the plan generator is consumed the same way, and every
 step draws its uniforms with the same generator, shape and call order (outside the step).
@@ -32,10 +34,11 @@ from dataclasses import dataclass
 import torch
 
 from ..model import AOGPT
-from .decoder import CachedDecoder, decode_model, resolve_backend
-from .graphs import StepRunner, step_linears
+from .decoder import CachedDecoder, decode_model
+from .graphs import StepRunner
 from .masks import FLEX_BLOCK, step_block_mask, visible
 from .sampling import SamplingParams, filtered_scores, gumbel_max
+from .step import draw_slots, forward_slots, step_geometry
 
 
 def static_slots(max_seq_len: int) -> int:
@@ -70,20 +73,20 @@ class StepPlan:
 
 
 def plan_steps(counts: torch.Tensor, given: int) -> StepPlan:
-    """The state before every step, from the (B, T) counts: the dynamic sampler's bookkeeping
-    (generation.py), for all steps at once. Steps where no sample unmasks run no forward and are dropped."""
+    """The state before every step, from the (B, T) counts: the step geometry (step.py) run ahead of
+    time, step by step on the host. Steps where no sample unmasks run no forward and are dropped."""
     runs = counts.max(dim=0).values > 0
     counts, step_of = counts[:, runs], runs.nonzero().squeeze(1)
-    batch, steps = counts.shape
-    known = given + counts.cumsum(dim=1) - counts
-    active = counts > 0
-    # cache_len before a step: 1 + the tokens known before the sample's last active step, 0 before any
-    step_ids = torch.where(active, torch.arange(steps), -1)
-    last_active = torch.cat([torch.full((batch, 1), -1), step_ids.cummax(dim=1).values[:, :-1]], dim=1)
-    cache_len = torch.where(last_active >= 0, known.gather(1, last_active.clamp(min=0)) + 1, 0)
+    known = torch.full((counts.shape[0],), given, dtype=torch.long)
+    cache_len = torch.zeros_like(known)
     pending = known + 1 - cache_len
-    width = torch.where(active, pending + counts - 1, 0)
-    return StepPlan(counts, known, cache_len, pending, width, step_of)
+    before, widths = [], []
+    for new in counts.unbind(dim=1):
+        before.append(torch.stack([known, cache_len, pending]))
+        width, known, cache_len, pending = step_geometry(known, cache_len, pending, new)
+        widths.append(width)
+    known, cache_len, pending = torch.stack(before, dim=2)  # each (B, T')
+    return StepPlan(counts, known, cache_len, pending, torch.stack(widths, dim=1), step_of)
 
 
 class StaticDecoder:
@@ -98,7 +101,7 @@ class StaticDecoder:
         self.slots = static_slots(args.max_seq_len)
         self.scratch = self.slots - 1
         self.vocab_size = args.vocab_size
-        self.decoder = CachedDecoder(model, batch, self.slots, backend, linears, static=True)
+        self.decoder = CachedDecoder(model, batch, self.slots, backend, linears, flex_per_shape=True)
         self.batch, self.device, self.mode = batch, self.decoder.device, mode
         # the long-valued state in one flat buffer, so a run's set-up is one copy from pinned memory
         b, s = batch, self.slots
@@ -121,8 +124,9 @@ class StaticDecoder:
         self.kv_index = torch.arange(s, device=self.device)
         self._aranges: dict[tuple[str, int], torch.Tensor] = {}
         self.noise = torch.empty(0, dtype=torch.float64, device=self.device)
-        self.decode = StepRunner(decode_step, mode, self.device)
-        self.forward = StepRunner(forward_step, mode, self.device)
+        # the step functions as `mode` runs them, by shape key (graphs.py); called with this state
+        self.decode_runner = StepRunner(decode_step, mode, self.device)
+        self.forward_runner = StepRunner(forward_set_step, mode, self.device)
         if self.decoder.backend == "flex":
             cache_len, pending, width = self.cache_len, self.pending, self.width
 
@@ -149,7 +153,7 @@ class StaticDecoder:
         need = self.batch * rows * self.vocab_size
         if self.noise.numel() < need:  # graphs read the old buffer: forget them
             self.noise = torch.empty(need, dtype=torch.float64, device=self.device)
-            self.decode.reset()
+            self.decode_runner.reset()
         return self.noise[:need].view(self.batch, rows, self.vocab_size)
 
     # ---- a run ------------------------------------------------------------------------------
@@ -196,8 +200,14 @@ class StaticDecoder:
         self.rows[:, :rows_r].copy_(padded, non_blocking=True)
         self._staging_used()
         q = self.arange(width_q)
-        logits = self.forward((width_q, rows_r), self, q, self.rows[:, :rows_r])
+        logits = self.forward_runner((width_q, rows_r), self, q, self.rows[:, :rows_r])
         return logits[:, :rows_len]
+
+    def decode(self, width: int, rows: int, noise: torch.Tensor, sampling: SamplingParams) -> torch.Tensor:
+        """The plan's next step at width bucket `width` drawing `rows` rows with `noise` (`noise_view`):
+        `decode_step` as the mode runs it. Returns its logits (B, rows, padded vocab)."""
+        key = (width, rows, sampling)
+        return self.decode_runner(key, self, self.arange(width), self.arange(rows, "r"), noise, sampling)
 
     def mask(self, q: torch.Tensor, width: torch.Tensor):
         """The step's attention mask over the whole cache: a BlockMask (flex) or a dense (B, 1, W, S) one."""
@@ -208,21 +218,11 @@ class StaticDecoder:
 
 
 def _forward(state: StaticDecoder, width: torch.Tensor, q: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """One cached forward of the step described by the state's cache_len and pending and `width`;
-    logits (B, R, padded vocab) of query rows `rows` (B, R). generation.forward_step's formulas."""
-    decoder, cache_len, pending = state.decoder, state.cache_len[:, None], state.pending[:, None]
-    qs = q.view(1, -1)
-    valid = qs < width[:, None]
-    slot = cache_len + qs  # cache slot (= decoder slot) of query q; also its target index
-    reads = torch.where(valid, cache_len + torch.minimum(qs, pending - 1), 0)
-    write = torch.where(valid, slot, state.scratch)
-    targets_at = torch.where(valid, slot, 0)
-    prev = (reads - 1).clamp(min=0)
-    h, cond = decoder.embed(
-        state.in_order.gather(1, prev), state.order.gather(1, prev), reads == 0, state.order.gather(1, targets_at)
-    )
-    h = decoder.forward(h, cond, write, state.mask(q, width), state.slots)
-    return decoder.logits(h, cond, rows)
+    """The step's cached forward (step.forward_slots) over the whole static cache."""
+    return forward_slots(
+        state.decoder, state.in_order, state.order, state.cache_len, state.pending, width, q, rows,
+        state.mask(q, width), state.slots,
+    )  # fmt: skip
 
 
 def decode_step(
@@ -231,39 +231,35 @@ def decode_step(
     """Step `state.step_index` of the plan: W = len(q) query slots, R = len(r) rows drawn with the
     uniforms in `noise` (B, R, V). Advances the state in place; returns the step's logits (B, R, padded V)."""
     new = state.plan.index_select(1, state.step_index).squeeze(1)
-    known, cache_len, pending = state.known, state.cache_len, state.pending
-    active = new > 0
-    width = torch.where(active, pending + new - 1, 0)
+    known = state.known
+    width, known_after, cache_len_after, pending_after = step_geometry(known, state.cache_len, state.pending, new)
     state.width.copy_(width)
-    rows = torch.clamp(pending[:, None] - 1 + r, max=q.shape[0] - 1)
+    rows, dest = draw_slots(known, state.pending, new, r, q.shape[0] - 1, state.scratch)
     logits = _forward(state, width, q, rows)
     tokens = gumbel_max(filtered_scores(logits, state.vocab_size, sampling), noise)
-    dest = torch.where(r < new[:, None], known[:, None] + r, state.scratch)
     state.in_order.scatter_(1, dest, tokens)
-    cache_len.copy_(torch.where(active, known + 1, cache_len))
-    known.add_(new)
-    pending.copy_(known + 1 - cache_len)
+    state.cache_len.copy_(cache_len_after)
+    state.pending.copy_(pending_after)
+    known.copy_(known_after)
     state.step_index.add_(1)
     return logits
 
 
-def forward_step(state: StaticDecoder, q: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """A forward whose geometry the host set (`StaticDecoder.forward_rows`)."""
+def forward_set_step(state: StaticDecoder, q: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """A forward whose geometry the host set in the state's buffers (`StaticDecoder.forward_rows`)."""
     return _forward(state, state.width, q, rows)
 
 
 def static_decoder(model: AOGPT, batch: int, backend: str, linears: str, mode: str) -> StaticDecoder:
-    """The model's static decoder for this batch, attention and mode: reused while they stay the same
-    (its graphs with it), rebuilt otherwise. One per decode view, so a model whose weights changed
-    gets a new one with its new view."""
-    device = model.tok_embeddings.weight.device
-    linears = step_linears(mode, device, backend, linears)
+    """The model's static decoder for this batch, attention, Linear kernel and mode (all resolved:
+    choices.py): reused while they stay the same (its graphs with it), rebuilt otherwise. One per decode
+    view, so a model whose weights changed gets a new one with its new view."""
     view = decode_model(model, linears)
-    resolved = resolve_backend(backend, device, model.model_args.head_dim)
-    key = (batch, resolved, view.linears, mode)
-    state = view.static.get("decoder")
-    if state is None or view.static.get("key") != key:
-        view.static.clear()  # one at a time: its KV cache spans every position
+    key = (batch, backend, view.linears, mode)
+    held = view.step_buffers
+    state = held.get("decoder")
+    if state is None or held.get("key") != key:
+        held.clear()  # one at a time: its KV cache spans every position
         state = StaticDecoder(model, batch, backend, linears, mode)
-        state.decoder.view.static.update(decoder=state, key=key)
+        held.update(decoder=state, key=key)
     return state

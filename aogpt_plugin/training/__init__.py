@@ -6,14 +6,14 @@ settings, the CPU support and the log filter); `titan022/` is the thin glue for 
 TrainSpec, config parser, builder signatures, checkpoint save wrap), `titan03/` the glue for
 torchtitan 0.3 (its Trainer.Config subclass and components, the TOML recipe loader). The two glues
 import the shared modules only, never each other (an import-linter contract), so either can be
-dropped or a third added beside them. `register()` and `glue()` are the places that pick the glue of
-the installed version, at import time.
+dropped or a third added beside them. `register()` and `installed_glue()` are the places that pick the
+glue of the installed version, at import time.
 """
 
 from .versions import is_titan03, torchtitan_version  # noqa: F401  (the package's answer)
 
 
-def glue():
+def installed_glue():
     """The installed version's launcher glue (titan022/launch.py or titan03/launch.py): one interface."""
     if is_titan03():
         from .titan03 import launch

@@ -10,7 +10,7 @@ The order stream index is part of the dataloader state, so a resumed run draws t
 With `[aogpt] shuffle_windows = K` the windows pass through a buffer of K first: each yield takes a
 seeded random slot of the buffer and refills it with the next window, so a batch is a random draw
 from K consecutive windows instead of a run of them; the buffer is in the state too (exact resume).
-Each version's glue (titan022/dataloader.py, titan03/data.py) builds the base stream and the
+Each version's glue (titan022/data.py, titan03/data.py) builds the base stream and the
 dataloader around these.
 """
 
@@ -90,15 +90,15 @@ class SyntheticWindows(IterableDataset, Stateful):
         self._index = state_dict["index"]
 
 
-def order_sampler_from_config(settings) -> OrderSampler:
+def order_sampler_of(settings) -> OrderSampler:
     ao = settings.aogpt
     return OrderSampler(ao.order, settings.training.seq_len, ao.p_l2r, ao.order_seed)
 
 
 def ordered_windows(base, settings, dp_rank: int, infinite: bool = True) -> OrderedTextDataset:
     """`base`'s windows in the orders of `[aogpt]`, shuffled through `shuffle_windows` when infinite.
-    `settings`: the run's settings (sections.RunSettings; on torchtitan 0.2.2 its JobConfig)."""
+    `settings`: the run's settings (sections.RunSettings)."""
     ao = settings.aogpt
     return OrderedTextDataset(
-        base, order_sampler_from_config(settings), dp_rank, ao.shuffle_windows if infinite else 0, ao.order_seed
+        base, order_sampler_of(settings), dp_rank, ao.shuffle_windows if infinite else 0, ao.order_seed
     )

@@ -17,29 +17,31 @@ CUSTOM_CONFIG_MODULE = "aogpt_plugin.training.job_config"  # what recipes set as
 AOGPT_SECTIONS = ("aogpt", "ema")  # the sections that module adds (sections.py)
 
 
-def _type_name(hint) -> str:
+def type_name(hint) -> str:
+    """How a message names the type `hint` ("an integer", "a list of a string", "one of 'a', 'b'")."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is typing.Literal:
         return "one of " + ", ".join(repr(a) for a in args)
     if origin in (typing.Union, types.UnionType):
-        return " or ".join(_type_name(a) for a in args)
+        return " or ".join(type_name(a) for a in args)
     if origin in (list, tuple):
-        return f"a list of {_type_name(args[0])}" if args else "a list"
+        return f"a list of {type_name(args[0])}" if args else "a list"
     return {int: "an integer", float: "a number", bool: "true/false", str: "a string", type(None): "none"}.get(
         hint, getattr(hint, "__name__", str(hint))
     )
 
 
-def _matches(value, hint) -> bool:
+def matches_type(value, hint) -> bool:
+    """Whether a parsed TOML or CLI `value` has the type `hint` (an int is a float; a bool is neither)."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is typing.Any or hint is None:
         return True
     if origin is typing.Literal:
         return value in args
     if origin in (typing.Union, types.UnionType):
-        return any(_matches(value, a) for a in args)
+        return any(matches_type(value, a) for a in args)
     if origin in (list, tuple):
-        return isinstance(value, (list, tuple)) and (not args or all(_matches(v, args[0]) for v in value))
+        return isinstance(value, (list, tuple)) and (not args or all(matches_type(v, args[0]) for v in value))
     if origin is dict:
         return isinstance(value, dict)
     if hint is float:
@@ -59,8 +61,8 @@ def check_types(section, name: str) -> None:
         value, key = getattr(section, f.name), f"{name}.{f.name}" if name else f.name
         if dataclasses.is_dataclass(value):
             check_types(value, key)
-        elif not _matches(value, hints.get(f.name)):
-            raise ConfigError(f"{key}={value!r} has the wrong type; allowed: {_type_name(hints[f.name])}")
+        elif not matches_type(value, hints.get(f.name)):
+            raise ConfigError(f"{key}={value!r} has the wrong type; allowed: {type_name(hints[f.name])}")
 
 
 def _fields(cls) -> dict:
@@ -192,14 +194,14 @@ def check_cli_args(config_cls, argv: list[str]) -> None:
             continue
         if not eq:
             if nxt is None:
-                raise ConfigError(f"{flag} needs a value; allowed: {_type_name(hint)}")
+                raise ConfigError(f"{flag} needs a value; allowed: {type_name(hint)}")
             value = nxt
             i += 1
             while not _takes_one_value(hint) and i < len(argv) and not argv[i].startswith("--"):
                 i += 1
         if not _cli_value_ok(value, hint):
             what = "is not allowed" if typing.get_origin(hint) is typing.Literal else "has the wrong type"
-            raise ConfigError(f"--{key}={value!r} {what}; allowed: {_type_name(hint)}")
+            raise ConfigError(f"--{key}={value!r} {what}; allowed: {type_name(hint)}")
     if len(unknown) == 1:
         flag, near = unknown[0]
         raise ConfigError(f"unknown option {flag}; " + (f"did you mean --{near}?" if near else "see --help"))

@@ -4,7 +4,7 @@ What every version needs (each verified on a CPU; docs/training.md, "CPU notes")
 1. `torchtitan.tools.utils` fixes `device_type = "cuda"` at import time and several modules copy
    it, plus a `device_module` whose memory-stat calls torch.cpu lacks: `point_device_copies_at_cpu`
    replaces both by "cpu" and a small CPU stand-in in the modules the version's glue names
-   (titan022/cpu.py, titan03/cpu.py, which also stub the triton kernels their imports reach).
+   (titan022/launch.py, titan03/cpu.py, which also stub the triton kernels their imports reach).
 2. gloo rejects the PREMUL_SUM reduction FSDP2 derives from torchtitan's gradient divide factor:
    handled in parallelize.py (use_sum_reduction_on_gloo) by forcing SUM reductions on CPU meshes.
 The metrics stay honest on CPU: memory is the process's resident set (peak since the last log),

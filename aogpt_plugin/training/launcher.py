@@ -1,7 +1,7 @@
 """`python -m aogpt_plugin.train --job.config_file train_configs/aogpt_debug.toml` (also under torchrun).
 
 With an accelerator this is torchtitan.train after a config check. Without one it first makes
-torchtitan run on the CPU (titan022/cpu.py, titan03/cpu.py). The installed torchtitan's glue
+torchtitan run on the CPU (titan022/launch.py, titan03/cpu.py). The installed torchtitan's glue
 (titan022/launch.py or titan03/launch.py) reads the same recipes and options on both versions.
 Either way, before any process group starts, the job config is parsed and checked (preflight.py)
 and rank 0 takes an exclusive lock on the dump folder, so a second run cannot overwrite this one's
@@ -9,7 +9,7 @@ checkpoints and TensorBoard logs. A bad value, or a
 folder in use, is one `error:` line (printed by rank 0) and exit status 2; a run stopped by the
 step guard (step_guard.py) is one `error:` line naming the step, what was non-finite, the newest
 checkpoint whose weights still gave a normal loss and the command that resumes it, exit status 3.
-SIGTERM or a first Ctrl-C finish the step, save it (checkpoint_save.py) and exit 128 + the signal
+SIGTERM or a first Ctrl-C finish the step, save it (checkpointing.py) and exit 128 + the signal
 number with one line naming the checkpoint and the resume command (with checkpointing off: after
 the step, saying nothing was saved); a second Ctrl-C stops at once (exit 130), also in the middle of
 a save, whose partial folder is removed; a signal during start-up stops at once in one line. A full
@@ -27,8 +27,12 @@ import os
 import shlex
 import socket
 import sys
+from typing import TYPE_CHECKING
 
 from ..errors import UserError
+
+if TYPE_CHECKING:
+    from .sections import RunSettings
 
 LOCK_FILE = ".aogpt-train.lock"
 
@@ -112,17 +116,17 @@ def _complete_steps(folder: str) -> list[int]:
     return [s for s in step_folders(folder) if has_metadata(os.path.join(folder, f"step-{s}"))]
 
 
-def stopped_message(error, job_config, argv: list[str], world_size: int) -> str:
+def stopped_message(error, settings: RunSettings, argv: list[str], world_size: int) -> str:
     """The NaN/inf stop: name the newest checkpoint whose weights still gave a normal loss, and a
     command that resumes it with a tenth of the learning rate."""
     from ..checkpoints import healthy_checkpoint
 
-    folder = os.path.join(job_config.job.dump_folder, job_config.checkpoint.folder)
-    lr = job_config.optimizer.lr / 10
-    complete = _complete_steps(folder) if job_config.checkpoint.enable else []
+    folder = os.path.join(settings.job.dump_folder, settings.checkpoint.folder)
+    lr = settings.optimizer.lr / 10
+    complete = _complete_steps(folder) if settings.checkpoint.enable else []
     good = healthy_checkpoint(folder, getattr(error, "losses", {}), error.step) if complete else None
     if good is None:
-        fresh = job_config.job.dump_folder.rstrip("/") + f"_lr{lr:g}"
+        fresh = settings.job.dump_folder.rstrip("/") + f"_lr{lr:g}"
         command = command_line(argv, world_size, **{"optimizer.lr": lr, "job.dump_folder": fresh})
         why = (
             f"no checkpoint on disk (complete steps: {', '.join(map(str, complete))}) was followed by a loss in the "
@@ -148,17 +152,17 @@ def stop_request_message(stop, argv: list[str], world_size: int) -> str:
     return f"{stop}: {stop.step_dir} is a complete checkpoint; resume with: {command}"
 
 
-def interrupted_message(error, job_config, argv: list[str], world_size: int) -> str:
+def interrupted_message(error, settings: RunSettings | None, argv: list[str], world_size: int) -> str:
     """A stop at once: a second Ctrl-C, or a signal before training (start-up). Names what was removed
     (a partial save) and the newest complete checkpoint with the command that resumes it."""
     from ..checkpoints import newest_complete_step
     from ..errors import interrupted_line
 
     how = interrupted_line(error, "stopped at once")
-    if job_config is None:
+    if settings is None:
         return f"{how} during start-up; nothing was trained or saved"
-    folder = os.path.join(job_config.job.dump_folder, job_config.checkpoint.folder)
-    newest = newest_complete_step(folder) if job_config.checkpoint.enable else None
+    folder = os.path.join(settings.job.dump_folder, settings.checkpoint.folder)
+    newest = newest_complete_step(folder) if settings.checkpoint.enable else None
     if newest is None:
         return f"{how}; no checkpoint is on disk"
     command = command_line(argv, world_size, **{"checkpoint.load_step": newest})
@@ -190,24 +194,24 @@ def main() -> int:
     argv = sys.argv[1:]
     default_to_one_process()
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    run = _Run(argv, rank, world_size)
+    launch = _Launch(argv, rank, world_size)
     try:
-        return run.start()
+        return launch.start()
     except KeyboardInterrupt as e:  # a signal before the optimizers exist, or a second Ctrl-C
         forget_elastic_traceback()
-        message = interrupted_message(e, run.job_config, argv, world_size)
-        return run.fail(message, exit_status(e))
+        message = interrupted_message(e, launch.settings, argv, world_size)
+        return launch.fail(message, exit_status(e))
     except BrokenPipeError:  # `--help | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
 
 
-class _Run:
-    """One launch: its command line, rank, world and (once parsed) the job config the messages name."""
+class _Launch:
+    """One launch: its command line, rank, world and (once parsed) the run settings the messages name."""
 
     def __init__(self, argv: list[str], rank: int, world_size: int):
         self.argv, self.rank, self.world_size = argv, rank, world_size
-        self.job_config = None  # the recipe-shaped view, once parsed
+        self.settings: RunSettings | None = None  # the run's settings, once parsed
 
     def fail(self, message: str, code: int) -> int:
         if self.rank == 0:
@@ -226,8 +230,7 @@ class _Run:
         except UserError as e:
             return self.fail(str(e), 2)
 
-        from . import glue as installed_glue
-        from . import register
+        from . import installed_glue, register
 
         try:
             glue = installed_glue()  # titan022/launch.py or titan03/launch.py, for the installed torchtitan
@@ -236,26 +239,26 @@ class _Run:
             if (e.name or "").split(".")[0] != "torchtitan":
                 raise
             return self.fail(TORCHTITAN_MISSING, 2)
-        from .disk_full import CheckpointDiskFullError
-        from .preflight import check_job_config
+        from .checkpointing import CheckpointDiskFullError
+        from .preflight import check_settings
         from .step_guard import NonFiniteStepError
         from .stop_request import StopRequested
 
         register()  # through the package: 0.2.2's TrainSpec, nothing on 0.3
         try:
-            config, job_config = glue.parse_job_config(argv)  # job_config: the recipe-shaped view the rules read
-            check_job_config(job_config, world_size, **glue.registered_names())
-            lock = hold_dump_folder(job_config.job.dump_folder) if self.rank == 0 else None  # noqa: F841 - held
+            config, settings = glue.parse_command_line(argv)  # the version's config and the run's settings, built once
+            check_settings(settings, world_size, **glue.registered_names())
+            lock = hold_dump_folder(settings.job.dump_folder) if self.rank == 0 else None  # noqa: F841 - held
         except UserError as e:
             return self.fail(str(e), 2)
-        self.job_config = job_config
+        self.settings = settings
 
         run_trainer = glue.trainer_for(self.rank, config)
         try:
-            run_trainer()  # 0.2.2: parses sys.argv again, exactly as `-m torchtitan.train` would
+            run_trainer()  # torchtitan's own main, on the config parsed and checked here
         except NonFiniteStepError as e:
             forget_elastic_traceback()
-            return self.fail(stopped_message(e, job_config, argv, world_size), 3)
+            return self.fail(stopped_message(e, settings, argv, world_size), 3)
         except StopRequested as e:
             forget_elastic_traceback()
             return self.fail(stop_request_message(e, argv, world_size), 128 + e.signum)

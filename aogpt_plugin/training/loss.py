@@ -1,4 +1,4 @@
-"""The AO training loss in torchtitan's `build_loss_fn` contract, recorded by the step guard.
+"""The AO training loss, recorded by the step guard.
 
 Training: labels are x[sigma] (batches.py gathers them), so the any-order loss is the plain
 summed cross-entropy of slot j's logits against x[sigma(j)] over all n slots (the [None] slot
@@ -25,13 +25,15 @@ def ao_loss_sum(tokenizer: str):
     return loss_fn
 
 
-def build_ao_loss(job_config, guard, **kwargs):
-    """torchtitan `build_loss_fn`: `ao_loss_sum`, optionally compiled, recorded by `guard` (the run's
-    step_guard.StepGuard)."""
-    loss_fn = ao_loss_sum(job_config.aogpt.tokenizer)
-    if job_config.compile.enable and "loss" in job_config.compile.components:
-        loss_fn = torch.compile(loss_fn, backend=job_config.compile.backend)
-    guard.enabled = job_config.aogpt.nan_check
+def recorded_loss(settings, guard):
+    """The run's training loss on torchtitan 0.2.2 (titan022/spec.py's `build_loss_fn`), for the run's
+    `settings` (sections.RunSettings): `ao_loss_sum`,
+    compiled when `[compile] components` names the loss, every microbatch recorded by `guard` (the
+    run's step_guard.StepGuard). 0.3's loss component (titan03/loss.py) compiles and records alike."""
+    loss_fn = ao_loss_sum(settings.aogpt.tokenizer)
+    if settings.compile.enable and "loss" in settings.compile.components:
+        loss_fn = torch.compile(loss_fn, backend=settings.compile.backend)
+    guard.enabled = settings.aogpt.nan_check
     guard.total = None
 
     def watched(pred: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -1,10 +1,13 @@
-"""Checks a job config the way the Trainer will use it, before any process group or data load.
+"""Checks a run's settings (RunSettings, sections.py) the way the Trainer will use them, before any process
+group or data load.
 
-The rules are the same for every torchtitan version; what the version knows (its registered datasets
-and model converters) is handed in by its glue (titan022/config_parser.py: `registered_names()`). Every failure is a ConfigError with one line: the key, the bad value, and what is allowed. What is
+The rules are the same for every torchtitan version, which each glue hands the same RunSettings; what
+the version knows (its registered datasets and model converters) is handed in by its glue
+(`registered_names()` of titan022/launch.py or titan03/launch.py). Every failure is a ConfigError with one line: the key, the bad value, and what is allowed. What is
 caught here would otherwise fail after the process group starts, on every rank, with a traceback:
-wrong TOML types, unsupported parallelism, impossible sizes and rates, unknown optimizers and
-converters, unreadable or empty data files, and a resume that cannot match its checkpoint.
+unsupported parallelism, impossible sizes and rates, unknown optimizers and converters, unreadable or
+empty data files, and a resume that cannot match its checkpoint (checkpointing.check_resume). Wrong
+TOML types are refused while the glue parses (titan022/config_parser.py, titan03/recipe.py).
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ import os
 import sys
 from collections.abc import Collection
 
-from ..checkpoints import has_metadata, newest_complete_step, read_record, saved_world, step_folders
 from ..data.manifest import verify_shards
 from ..data.synthetic import MarkovSpec
 from ..data.text_files import check_text_files, list_text_files, prepared_folder
@@ -21,11 +23,10 @@ from ..data.tokenizer import load_tokenizer
 from ..errors import ConfigError, kind_of
 from ..model import FLAVORS
 from ..model.args import check_positions
-from .checkpoint_record import check_resume_matches, check_resume_shapes, check_resume_version
-from .config_checks import CUSTOM_CONFIG_MODULE, check_types
+from .checkpointing import check_resume
 from .optimizers import check_ema_compatible, check_optimizer_name
 from .parallelize import check_parallelism
-from .versions import torchtitan_version
+from .sections import RunSettings
 
 SYNTHETIC = "synthetic"  # --training.dataset synthetic --training.dataset_path markov:... (data/synthetic.py)
 
@@ -50,13 +51,13 @@ def _say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
-def _check_folders(job_config) -> None:
+def _check_folders(settings: RunSettings) -> None:
     """The dump folder and its checkpoint folder are folders (or do not exist yet): a file there
     would otherwise fail at the lock or, worse, at the first save, after the first interval of training."""
-    dump = job_config.job.dump_folder
+    dump = settings.job.dump_folder
     folders = [("job.dump_folder", dump)]
-    if job_config.checkpoint.enable:
-        folders.append(("checkpoint.folder", os.path.join(dump, job_config.checkpoint.folder)))
+    if settings.checkpoint.enable:
+        folders.append(("checkpoint.folder", os.path.join(dump, settings.checkpoint.folder)))
     for key, path in folders:
         if os.path.exists(path) and not os.path.isdir(path):
             what = kind_of(path) or "a file"
@@ -66,9 +67,9 @@ def _check_folders(job_config) -> None:
             )
 
 
-def _check_disjoint(job_config) -> None:
+def _check_disjoint(settings: RunSettings) -> None:
     """Never train on the validation text (a folder path would silently include a held-out file)."""
-    train, val = job_config.training, job_config.validation
+    train, val = settings.training, settings.validation
     if train.dataset == SYNTHETIC and val.dataset == SYNTHETIC and train.dataset_path == val.dataset_path:
         return  # one source, disjoint streams (batches.py and validation.py draw from their own seeds)
     if train.dataset != "local" or val.dataset != "local":
@@ -89,20 +90,18 @@ def _at_least(key: str, value, low, allowed: str | None = None) -> None:
         raise ConfigError(f"{key}={value} is not allowed; allowed: {allowed or f'>= {low}'}")
 
 
-def _check_sizes_and_rates(job_config, max_seq_len: int, flavor: str) -> None:
-    training, opt, sched = job_config.training, job_config.optimizer, job_config.lr_scheduler
-    sections = [("training", training)] + (
-        [("validation", job_config.validation)] if job_config.validation.enable else []
-    )
+def _check_sizes_and_rates(settings: RunSettings, max_seq_len: int, flavor: str) -> None:
+    training, opt, sched = settings.training, settings.optimizer, settings.lr_scheduler
+    sections = [("training", training)] + ([("validation", settings.validation)] if settings.validation.enable else [])
     for name, section in sections:
         check_positions(f"{name}.seq_len", section.seq_len, max_seq_len, f"model.flavor={flavor!r}")
         _at_least(f"{name}.local_batch_size", section.local_batch_size, 1)
     _at_least("training.steps", training.steps, 1)
     if training.max_norm <= 0:
         raise ConfigError(f"training.max_norm={training.max_norm} is not allowed; allowed: > 0 (gradient clipping)")
-    if job_config.validation.enable:
-        _at_least("validation.steps", job_config.validation.steps, 1, ">= 1 for aogpt (a fixed number of batches)")
-        _at_least("validation.freq", job_config.validation.freq, 1)
+    if settings.validation.enable:
+        _at_least("validation.steps", settings.validation.steps, 1, ">= 1 for aogpt (a fixed number of batches)")
+        _at_least("validation.freq", settings.validation.freq, 1)
     if not opt.lr > 0:
         raise ConfigError(f"optimizer.lr={opt.lr} is not allowed; allowed: > 0")
     _at_least("optimizer.weight_decay", opt.weight_decay, 0)
@@ -114,20 +113,20 @@ def _check_sizes_and_rates(job_config, max_seq_len: int, flavor: str) -> None:
         raise ConfigError(f"lr_scheduler.decay_ratio={sched.decay_ratio} is outside the allowed range [0, 1]")
 
 
-def _check_components(job_config, converters: Collection[str]) -> None:
-    check_parallelism(job_config.parallelism)
-    check_optimizer_name(job_config.optimizer.name)
-    check_ema_compatible(job_config.optimizer.early_step_in_backward, False, job_config.ema.enable)
-    for name in job_config.model.converters:
+def _check_components(settings: RunSettings, converters: Collection[str]) -> None:
+    check_parallelism(settings.parallelism)
+    check_optimizer_name(settings.optimizer.name)
+    check_ema_compatible(settings.optimizer.early_step_in_backward, False, settings.ema.enable)
+    for name in settings.model.converters:
         if name not in converters:
             raise ConfigError(
                 f"model.converters: {name!r} is not a converter; allowed: {', '.join(sorted(converters))}"
             )
-    if FLOAT8 in job_config.model.converters:
-        _check_float8(job_config.quantize.linear.float8, job_config.compile)
-    if job_config.checkpoint.enable:
-        _at_least("checkpoint.interval", job_config.checkpoint.interval, 1)
-        keep = job_config.checkpoint.keep_latest_k
+    if FLOAT8 in settings.model.converters:
+        _check_float8(settings.float8, settings.compile)
+    if settings.checkpoint.enable:
+        _at_least("checkpoint.interval", settings.checkpoint.interval, 1)
+        keep = settings.checkpoint.keep_latest_k
         if keep < 0 or keep == 1:
             raise ConfigError(f"checkpoint.keep_latest_k={keep} is not allowed; allowed: 0 (keep all) or >= 2")
 
@@ -161,82 +160,33 @@ def _check_float8(float8, compile_config) -> None:
         )
 
 
-def _check_resume(job_config, world_size: int) -> None:
-    """The checkpoint a run will resume from must fit it: same data-parallel degree (the dataloader
-    state is saved per rank) and a full save (the final model-only save cannot be resumed)."""
-    ckpt = job_config.checkpoint
-    if not ckpt.enable:
-        return
-    folder = os.path.join(job_config.job.dump_folder, ckpt.folder)
-    step = ckpt.load_step if ckpt.load_step != -1 else newest_complete_step(folder)
-    if step is None or not os.path.isdir(folder):
-        if ckpt.load_step != -1:
-            raise ConfigError(f"checkpoint.load_step={ckpt.load_step}: {folder!r} holds no checkpoints")
-        return
-    step_dir = os.path.join(folder, f"step-{step}")
-    if not has_metadata(step_dir):
-        raise ConfigError(
-            f"checkpoint.load_step={step}: {step_dir!r} is not a complete checkpoint; "
-            f"complete steps: {[s for s in step_folders(folder) if has_metadata(os.path.join(folder, f'step-{s}'))]}"
-        )
-    saved = saved_world(step_dir)
-    fresh = "use a fresh --job.dump_folder to start a new run"
-    if (
-        saved["dp_degree"] is not None
-        and saved["dp_degree"] != world_size
-        and "dataloader" not in ckpt.exclude_from_loading
-    ):
-        raise ConfigError(
-            f"{step_dir!r} was saved by {saved['dp_degree']} data-parallel ranks and this run has {world_size}: "
-            f"it can only be resumed with {saved['dp_degree']} processes; {fresh}"
-        )
-    if step != 0 and not saved["has_optimizer"] and "optimizer" not in ckpt.exclude_from_loading:
-        raise ConfigError(
-            f"{step_dir!r} holds only the model (the final save of a finished run) and cannot be resumed; "
-            f"raise training.steps to continue from an earlier full checkpoint with --checkpoint.load_step, or {fresh}"
-        )
-    if "lr_scheduler" not in ckpt.exclude_from_loading:
-        check_resume_version(step_dir, torchtitan_version())
-    if "model" not in ckpt.exclude_from_loading:
-        if read_record(step_dir) is not None:
-            check_resume_matches(job_config, step_dir)
-        else:
-            check_resume_shapes(job_config, step_dir)
-
-
-def check_job_config(
-    job_config, world_size: int = 1, *, datasets: Collection[str], converters: Collection[str]
+def check_settings(
+    settings: RunSettings, world_size: int = 1, *, datasets: Collection[str], converters: Collection[str]
 ) -> None:
     """Every rule above; `datasets` and `converters`: the names the installed torchtitan registered."""
-    if job_config.model.name != "aogpt":
+    if settings.model.name != "aogpt":
         return
-    if not hasattr(job_config, "aogpt"):
-        raise ConfigError(
-            f"job.custom_config_module={job_config.job.custom_config_module!r} lacks the [aogpt] "
-            f"section; set it to {CUSTOM_CONFIG_MODULE!r}"
-        )
-    check_types(job_config, "")
-    flavor = job_config.model.flavor
+    flavor = settings.model.flavor
     if flavor not in FLAVORS:
         raise ConfigError(f"model.flavor={flavor!r} is not an aogpt flavor; allowed: {', '.join(FLAVORS)}")
     args = FLAVORS[flavor]
-    _check_sizes_and_rates(job_config, args.max_seq_len, flavor)
-    _check_components(job_config, converters)
-    _check_folders(job_config)
-    verify = job_config.aogpt.verify_data
-    _check_dataset(job_config.training.dataset, job_config.training.dataset_path, "training", datasets, verify)
-    if job_config.validation.enable:
-        val = job_config.validation
+    _check_sizes_and_rates(settings, args.max_seq_len, flavor)
+    _check_components(settings, converters)
+    _check_folders(settings)
+    verify = settings.aogpt.verify_data
+    _check_dataset(settings.training.dataset, settings.training.dataset_path, "training", datasets, verify)
+    if settings.validation.enable:
+        val = settings.validation
         _check_dataset(val.dataset, val.dataset_path, "validation", datasets, verify)
-        _check_disjoint(job_config)
-    tokenizer = load_tokenizer(job_config.aogpt.tokenizer)  # the model's vocabulary follows it
+        _check_disjoint(settings)
+    tokenizer = load_tokenizer(settings.aogpt.tokenizer)  # the model's vocabulary follows it
     for section in ("training", "validation"):
-        sec = getattr(job_config, section)
-        if sec.dataset == SYNTHETIC and (section == "training" or job_config.validation.enable):
+        sec = getattr(settings, section)
+        if sec.dataset == SYNTHETIC and (section == "training" or settings.validation.enable):
             spec = MarkovSpec.parse(sec.dataset_path, f"{section}.dataset_path")
             if tokenizer.get_vocab_size() != spec.vocab:
                 raise ConfigError(
                     f"{section}.dataset_path={sec.dataset_path!r} draws {spec.vocab} symbols but aogpt.tokenizer="
-                    f"{job_config.aogpt.tokenizer!r} has {tokenizer.get_vocab_size()}; allowed: symbols:{spec.vocab}"
+                    f"{settings.aogpt.tokenizer!r} has {tokenizer.get_vocab_size()}; allowed: symbols:{spec.vocab}"
                 )
-    _check_resume(job_config, world_size)
+    check_resume(settings, world_size)

@@ -1,25 +1,27 @@
 """aogpt's settings: the TOML sections it adds to torchtitan's job config, `[aogpt]` (any-order options)
 and `[ema]`, and the run's settings as the shared training code reads them (`RunSettings`).
 
-Plain dataclasses, no torchtitan: each version's glue composes the sections into its job config
-(job_config.py for 0.2.2, titan03/trainer.py for 0.3). Each value is checked when the section is
-built, i.e. while torchtitan parses the TOML and the CLI, before any process group exists; a bad
+Plain dataclasses, no torchtitan: each version's glue composes the sections into its job config (the
+recipes' `custom_config_module` for 0.2.2, titan03/trainer.py for 0.3). Each value is checked when the
+section is built, i.e. while torchtitan parses the TOML and the CLI, before any process group exists; a bad
 value raises ConfigError with one line naming key, value and what is allowed. Their docstrings are
 the config reference (`python scripts/config_reference.py --write` -> docs/training.md).
 
-`RunSettings` is `[aogpt]`, `[ema]` and the job fields read by the preflight, the batches,
-validation, the checkpoint record, the model args' `update_from_config` and the launcher's
-messages, under the recipes' key names (`training.seq_len`, `validation.dataset`,
-`job.dump_folder`, ...). torchtitan 0.2.2's JobConfig has exactly these paths (the recipes are
-written in its names), so its glue hands that over as it is. torchtitan 0.3 moved some keys
-(`dump_folder`, `dataloader.dataset`, `validator.*`): its Trainer builds one RunSettings per run
-(titan03/trainer.py) and the aogpt components hold that object. `aogpt`, `ema` and the sections
-both versions spell alike are the parsed objects themselves; the rest are read once, typed here,
+`RunSettings` is `[aogpt]`, `[ema]` and the job fields the shared training code reads (the preflight,
+the batches, validation, the checkpoint record, the model args' `update_from_config`, the launcher's
+messages), under the recipes' key names (`training.seq_len`, `validation.dataset`, `job.dump_folder`,
+`quantize.linear.float8` as `float8`, ...). Each version's glue builds it once per run from its own
+config (`run_settings`: titan022/settings.py from 0.2.2's JobConfig, whose paths are the recipes';
+titan03/trainer.py from 0.3's config, which moved some of them) and hands that one object to every
+shared module: the same recipe gives equal RunSettings on both versions (tests/training/titan03).
+`aogpt`, `ema` and `float8` are the parsed sections themselves; the rest are typed, frozen copies
 with no defaults: every value comes from the parsed config.
 """
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Protocol
+
+import tyro
 
 from ..data.tokenizer import check_tokenizer_spec
 from ..errors import ConfigError
@@ -65,6 +67,12 @@ class AOGPT:
     verify_data: bool = True
     """Check every shard of a prepared data folder against its manifest's sha256 before training (once per file; `--aogpt.no-verify-data` skips it)."""
 
+    def vocab_size(self) -> int:
+        """The tokenizer's real vocabulary (the model's embedding and the loss follow it)."""
+        from ..data.tokenizer import load_tokenizer
+
+        return load_tokenizer(self.tokenizer).get_vocab_size()
+
     def __post_init__(self) -> None:
         check_types(self, "aogpt")
         check_conditioning(self.conditioning)
@@ -99,6 +107,7 @@ class EMA:
             raise ConfigError(f"ema.decay={self.decay} is outside the allowed range [0, 1)")
 
 
+# ---- the run's settings as the shared code reads them ----------------------------------------------
 @dataclass(frozen=True, kw_only=True)
 class Job:
     dump_folder: str
@@ -108,7 +117,7 @@ class Job:
 class Model:
     name: str
     flavor: str
-    converters: list[str]
+    converters: tuple[str, ...]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -145,7 +154,51 @@ class Optimizer:
 
 
 @dataclass(frozen=True, kw_only=True)
+class LRScheduler:
+    warmup_steps: int
+    decay_ratio: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Parallelism:
+    tensor_parallel_degree: int
+    context_parallel_degree: int
+    pipeline_parallel_degree: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Checkpoint:
+    enable: bool
+    folder: str
+    interval: int
+    keep_latest_k: int
+    load_step: int
+    exclude_from_loading: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Compile:
+    enable: bool
+    components: tuple[str, ...]
+    backend: str
+
+
+class Float8(Protocol):
+    """`[quantize.linear.float8]` as parsed (0.2.2: torchtitan's own section; 0.3: titan03/float8.py's, with
+    0.2.2's keys), read when model.converters names it."""
+
+    enable_fsdp_float8_all_gather: bool
+    precompute_float8_dynamic_scale_for_fsdp: bool
+    recipe_name: str | None
+    filter_fqns: list[str]
+    emulate: bool
+
+
+@dataclass(frozen=True, kw_only=True)
 class RunSettings:
+    """One run's settings, under the recipes' key names; built once per run by the installed version's
+    glue (titan022/settings.py, titan03/trainer.py) and the one settings type the shared modules read."""
+
     aogpt: AOGPT
     ema: EMA
     job: Job
@@ -153,9 +206,13 @@ class RunSettings:
     training: Training
     validation: Validation
     optimizer: Optimizer
-    # the version's own sections, spelled alike on both (the keys preflight.py reads)
-    lr_scheduler: Any
-    parallelism: Any
-    checkpoint: Any
-    compile: Any
-    quantize: Any
+    lr_scheduler: LRScheduler
+    parallelism: Parallelism
+    checkpoint: Checkpoint
+    compile: Compile
+    float8: Float8
+
+
+SettingsField = Annotated[RunSettings | None, tyro.conf.Suppress]
+"""A torchtitan 0.3 component Config's `settings` field: the run's RunSettings, set by the Trainer (None
+before); tyro, torchtitan's command-line library, leaves it off the command line."""

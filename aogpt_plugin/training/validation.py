@@ -38,16 +38,16 @@ from ..seeding import stream_generator
 class FixedValidation:
     """The (window, order) pairs every validation scores, and their scoring with raw and EMA weights."""
 
-    def __init__(self, job_config, dp_rank: int, text_windows: Callable[[], object]):
+    def __init__(self, settings, dp_rank: int, text_windows: Callable[[], object]):
         """`text_windows()`: the validation text packed into windows by torchtitan (not called for the
         synthetic source)."""
-        val = job_config.validation
-        ao = job_config.aogpt
+        val = settings.validation
+        ao = settings.aogpt
         if val.steps < 1:
             raise ConfigError(
                 f"validation.steps={val.steps} must be >= 1 for aogpt (a fixed number of batches is scored)"
             )
-        self.windows = fixed_windows(job_config, dp_rank, text_windows)
+        self.windows = fixed_windows(settings, dp_rank, text_windows)
         self.batches = []
         for b in range(0, len(self.windows), val.local_batch_size):
             x = torch.stack(self.windows[b : b + val.local_batch_size])
@@ -65,7 +65,7 @@ class FixedValidation:
             ]
             self.batches.append((x, orders))
         self.val_orders = ao.val_orders
-        self.use_ema = job_config.ema.enable and job_config.ema.validate
+        self.use_ema = settings.ema.enable and settings.ema.validate
         self.l2r_trained = ao.order == "l2r"  # its context gain is read left to right, the order it knows
 
     def losses(self, model, device, context, amp, all_reduce: bool) -> tuple[dict[str, float], int]:
@@ -151,10 +151,10 @@ def _log_with_own_throughput(mp, loss: float, step: int, metrics: dict, scored: 
     mp.time_last_log = train_since + (time.perf_counter() - start)
 
 
-def fixed_windows(job_config, dp_rank: int, text_windows: Callable[[], object]) -> list[torch.Tensor]:
+def fixed_windows(settings, dp_rank: int, text_windows: Callable[[], object]) -> list[torch.Tensor]:
     """This rank's `validation.steps * local_batch_size` windows: from the synthetic source's own stream
     (never the training one) or the first windows of the validation text."""
-    val = job_config.validation
+    val = settings.validation
     wanted = val.steps * val.local_batch_size
     if val.dataset == "synthetic":
         source = MarkovSource(MarkovSpec.parse(val.dataset_path, "validation.dataset_path"))

@@ -11,7 +11,7 @@ import sys
 import torch
 
 from aogpt_plugin.training.cpu import has_accelerator
-from aogpt_plugin.training.titan022.cpu import enable_torchtitan_on_cpu
+from aogpt_plugin.training.titan022.launch import enable_torchtitan_on_cpu
 
 
 def main() -> None:
@@ -30,12 +30,15 @@ def main() -> None:
     import torchtitan.train as titan
     from torchtitan.tools.logging import init_logger
 
-    from aogpt_plugin.training.preflight import check_job_config
+    from aogpt_plugin.training.preflight import check_settings
     from aogpt_plugin.training.titan022.config_parser import parse_job_config, registered_names
+    from aogpt_plugin.training.titan022.settings import share_settings
 
     init_logger()
     config = parse_job_config(argv)
-    check_job_config(config, int(os.environ.get("WORLD_SIZE", "1")), **registered_names())  # as the launcher does
+    check_settings(
+        share_settings(config), int(os.environ.get("WORLD_SIZE", "1")), **registered_names()
+    )  # as the launcher does
     trainer = titan.Trainer(config)
     losses, val = {}, {}
     orig_log = trainer.metrics_processor.log

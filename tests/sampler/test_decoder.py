@@ -8,7 +8,7 @@ from conftest import tiny_model
 
 from aogpt_plugin.errors import UserError
 from aogpt_plugin.sampler import SampleConfig, generate
-from aogpt_plugin.sampler.decoder import resolve_backend
+from aogpt_plugin.sampler.choices import resolve_backend
 
 
 def test_auto_backend_per_device():

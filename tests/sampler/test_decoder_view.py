@@ -14,12 +14,12 @@ from conftest import needs_onednn, tiny_model
 
 from aogpt_plugin.errors import UserError
 from aogpt_plugin.sampler import SampleConfig, generate
+from aogpt_plugin.sampler.choices import resolve_linear_kernel
 from aogpt_plugin.sampler.decoder import (
     ModulationTable,
     PackedLinear,
     build_view,
     decode_model,
-    resolve_linear_kernel,
     tabulate_modulation,
 )
 

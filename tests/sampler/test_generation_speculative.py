@@ -12,8 +12,9 @@ from scipy import stats
 
 from aogpt_plugin.errors import UserError
 from aogpt_plugin.sampler import Prompt, SampleConfig, SamplingParams, generate
-from aogpt_plugin.sampler.generation import auto_draft_size, parse_draft, speculative_generate
+from aogpt_plugin.sampler.generation import speculative_generate
 from aogpt_plugin.sampler.sampling import filtered_scores
+from aogpt_plugin.sampler.speculative import auto_draft_size, parse_draft
 
 N, VOCAB = 4, 6
 ORDER = torch.tensor([2, 0, 3, 1])  # a fixed generation order

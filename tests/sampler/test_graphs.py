@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from aogpt_plugin.errors import UserError
-from aogpt_plugin.sampler.graphs import StepRunner, resolve_graphs, uses_inductor
+from aogpt_plugin.sampler.choices import resolve_graphs
+from aogpt_plugin.sampler.graphs import StepRunner, uses_inductor
 
 
 def test_auto_is_on_for_cuda_and_off_elsewhere():
@@ -61,8 +62,7 @@ def test_compiling_raises_dynamos_limits_for_the_whole_process(build, monkeypatc
     """A code object past `recompile_limit` runs eagerly for good, and eager flex cannot be captured: the
     first compiled flex (which every flex call of the process shares) or compiled step raises the limits
     before compiling, whichever path (the dynamic sampler's flex, the static step) comes first."""
-    from aogpt_plugin.sampler import decoder
-    from aogpt_plugin.sampler.compile_limits import RECOMPILE_LIMIT
+    from aogpt_plugin.sampler import decoder, graphs
 
     config = torch._dynamo.config
     monkeypatch.setattr(decoder, "_compiled_flex", {})
@@ -70,8 +70,8 @@ def test_compiling_raises_dynamos_limits_for_the_whole_process(build, monkeypatc
         StepRunner(lambda x: x, "static", "cpu")  # nothing compiled: nothing changed
         assert config.recompile_limit == 8
         if build == "flex":
-            decoder.compiled_flex_attention(static=False)
+            decoder.compiled_flex_attention(per_shape=False)
         else:
             StepRunner(lambda x: x, "compile", "cpu")
-        assert config.recompile_limit == RECOMPILE_LIMIT == 64
+        assert config.recompile_limit == graphs.RECOMPILE_LIMIT == 64
         assert config.accumulated_recompile_limit == 1000  # raised, never lowered

@@ -5,14 +5,14 @@ from __future__ import annotations
 import torch
 from conftest import TRAIN_CORPUS
 
-from aogpt_plugin.training.titan022.cpu import enable_torchtitan_on_cpu
+from aogpt_plugin.training.titan022.launch import enable_torchtitan_on_cpu
 
 enable_torchtitan_on_cpu()
 
 import aogpt_plugin  # noqa: E402
 from aogpt_plugin.data.tokenizer import TiktokenTokenizer  # noqa: E402
 from aogpt_plugin.training.titan022.config_parser import parse_job_config  # noqa: E402
-from aogpt_plugin.training.titan022.dataloader import build_ordered_dataloader  # noqa: E402
+from aogpt_plugin.training.titan022.data import build_ordered_dataloader  # noqa: E402
 
 aogpt_plugin.register()
 

@@ -17,7 +17,7 @@ from aogpt_plugin.training import cpu
 def test_patches_make_torchtitan_importable_and_cpu_bound():
     code = """
 import importlib.util, sys
-from aogpt_plugin.training.titan022.cpu import enable_torchtitan_on_cpu
+from aogpt_plugin.training.titan022.launch import enable_torchtitan_on_cpu
 enable_torchtitan_on_cpu()
 import torchtitan.train
 from torchtitan.tools import utils
@@ -48,7 +48,7 @@ def test_a_cpu_run_shows_no_mfu_in_the_metrics_line_or_the_metric_loggers():
     """A start-up timed CPU peak varied 17x between runs and gave MFU > 100%: there is none now."""
     code = """
 import logging
-from aogpt_plugin.training.titan022.cpu import enable_torchtitan_on_cpu
+from aogpt_plugin.training.titan022.launch import enable_torchtitan_on_cpu
 enable_torchtitan_on_cpu()
 import torchtitan.train
 from torchtitan.components.metrics import MetricsProcessor

@@ -14,7 +14,7 @@ from conftest import launch_train, tiny_model
 from aogpt_plugin.errors import UserError
 from aogpt_plugin.likelihood import IGNORE_INDEX, ao_cross_entropy
 from aogpt_plugin.training.ema import attach_ema
-from aogpt_plugin.training.loss import build_ao_loss
+from aogpt_plugin.training.loss import recorded_loss
 from aogpt_plugin.training.nonfinite import nonfinite_count, refuse_nonfinite_load
 from aogpt_plugin.training.step_guard import NonFiniteStepError, StepGuard
 
@@ -83,7 +83,7 @@ def test_padded_logits_get_no_gradient_and_ignored_labels_count_nothing():
     assert loss.item() == pytest.approx(_real_vocab_ce(pred.detach().bfloat16().float(), labels).item(), rel=1e-5)
 
 
-def _job_config(tokenizer: str, compile_backend: str | None = None) -> SimpleNamespace:
+def _settings(tokenizer: str, compile_backend: str | None = None) -> SimpleNamespace:
     return SimpleNamespace(
         aogpt=SimpleNamespace(tokenizer=tokenizer, nan_check=True),
         compile=SimpleNamespace(
@@ -93,9 +93,9 @@ def _job_config(tokenizer: str, compile_backend: str | None = None) -> SimpleNam
 
 
 @pytest.mark.parametrize("compile_backend", [None, "aot_eager"])
-def test_build_ao_loss_takes_the_real_vocabulary_from_the_tokenizer(compile_backend):
+def test_recorded_loss_takes_the_real_vocabulary_from_the_tokenizer(compile_backend):
     guard = StepGuard()
-    loss_fn = build_ao_loss(_job_config("symbols:32", compile_backend), guard=guard)
+    loss_fn = recorded_loss(_settings("symbols:32", compile_backend), guard=guard)
     pred, labels = _logits_and_labels(2)
     expected = _real_vocab_ce(pred, labels).item()
     for variant in [pred, *_padded_variants(pred).values()]:
@@ -118,7 +118,7 @@ def debug_recipe_losses() -> list[float]:
 
 
 def test_the_debug_recipe_keeps_its_losses(tmp_path):
-    """The loss both torchtitan versions train with (build_ao_loss / titan03's AOLoss call
+    """The loss both torchtitan versions train with (loss.recorded_loss / titan03's AOLoss call
     ao_cross_entropy): the debug recipe's first 8 steps print the losses recorded before it was chunked."""
     args = ["--job.config_file", "train_configs/aogpt_debug.toml", "--job.dump_folder", str(tmp_path / "run")]
     args += ["--training.steps", "8", "--debug.seed", "7", "--metrics.log_freq", "1"]

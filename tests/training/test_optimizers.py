@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import tiny_model
 
-from aogpt_plugin.training.titan022.cpu import enable_torchtitan_on_cpu
+from aogpt_plugin.training.titan022.launch import enable_torchtitan_on_cpu
 
 enable_torchtitan_on_cpu()
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from conftest import tiny_model
 
-from aogpt_plugin.training.titan022.cpu import enable_torchtitan_on_cpu
+from aogpt_plugin.training.titan022.launch import enable_torchtitan_on_cpu
 
 enable_torchtitan_on_cpu()
 
@@ -71,15 +71,16 @@ def test_preflight_and_parallelize_share_one_parallelism_rule(key):
     """One rule, asked before the process group (preflight) and again by the parallelize_fn."""
     from aogpt_plugin.errors import ConfigError
     from aogpt_plugin.training.parallelize import check_parallelism
-    from aogpt_plugin.training.preflight import check_job_config
+    from aogpt_plugin.training.preflight import check_settings
     from aogpt_plugin.training.titan022.config_parser import registered_names
     from aogpt_plugin.training.titan022.parallelize import parallelize_aogpt
+    from aogpt_plugin.training.titan022.settings import run_settings
 
     cfg = parse_job_config(["--job.config_file", "train_configs/aogpt_debug.toml", f"--parallelism.{key}", "2"])
     message = f"parallelism.{key}=2 is not supported by aogpt; allowed: 1 (use FSDP/HSDP/DDP)"
     for check in (
         lambda: check_parallelism(cfg.parallelism),
-        lambda: check_job_config(cfg, **registered_names()),
+        lambda: check_settings(run_settings(cfg), **registered_names()),
         lambda: parallelize_aogpt(tiny_model(), object(), cfg),
     ):
         with pytest.raises(ConfigError) as info:

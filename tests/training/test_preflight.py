@@ -8,13 +8,14 @@ import pytest
 import torch
 
 from aogpt_plugin.errors import ConfigError
-from aogpt_plugin.training.titan022.cpu import enable_torchtitan_on_cpu
+from aogpt_plugin.training.titan022.launch import enable_torchtitan_on_cpu
 
 enable_torchtitan_on_cpu()
 
 import aogpt_plugin  # noqa: E402
-from aogpt_plugin.training.preflight import check_job_config  # noqa: E402
+from aogpt_plugin.training.preflight import check_settings  # noqa: E402
 from aogpt_plugin.training.titan022.config_parser import parse_job_config, registered_names  # noqa: E402
+from aogpt_plugin.training.titan022.settings import run_settings  # noqa: E402
 
 aogpt_plugin.register()
 DEBUG = ["--job.config_file", "train_configs/aogpt_debug.toml"]
@@ -42,7 +43,7 @@ def test_every_recipe_parses_with_torchtitans_config_manager(recipe, study_token
     assert config.model.name == "aogpt"
     assert config.experimental.custom_import == "aogpt_plugin"
     assert config.job.custom_config_module == "aogpt_plugin.training.job_config"
-    check_job_config(config, **registered_names())
+    check_settings(run_settings(config), **registered_names())
 
 
 def test_gpu_recipes_resolve_aogpt_through_custom_import():
@@ -123,7 +124,7 @@ def test_cli_overrides_reach_the_aogpt_sections():
 )
 def test_bad_values_raise_one_line_config_errors(override, message):  # parsing errors are one line too
     with pytest.raises(ConfigError) as info:
-        check_job_config(parse_job_config(DEBUG + override), **registered_names())
+        check_settings(run_settings(parse_job_config(DEBUG + override)), **registered_names())
     text = str(info.value)
     assert message in text and "\n" not in text
 
@@ -153,12 +154,14 @@ F8 = ["--model.converters", "quantize.linear.float8"]
 def test_float8_settings_the_converter_would_refuse_are_one_line(override, message):
     """Refused before the process group, on both torchtitan versions (the rule is shared)."""
     with pytest.raises(ConfigError) as info:
-        check_job_config(parse_job_config(DEBUG + override), **registered_names())
+        check_settings(run_settings(parse_job_config(DEBUG + override)), **registered_names())
     assert message in str(info.value) and "\n" not in str(info.value)
 
 
 def test_emulated_float8_passes_the_preflight():  # the case the rules above must not refuse
-    check_job_config(parse_job_config(DEBUG + [*F8, "--quantize.linear.float8.emulate"]), **registered_names())
+    check_settings(
+        run_settings(parse_job_config(DEBUG + [*F8, "--quantize.linear.float8.emulate"])), **registered_names()
+    )
 
 
 def test_unknown_toml_key_is_one_line(tmp_path):
@@ -278,7 +281,7 @@ def test_recipes_naming_the_old_custom_config_module_still_parse(tmp_path):
     old = 'custom_config_module = "aogpt_plugin.job_config"'
     path = _toml_with(tmp_path, ('custom_config_module = "aogpt_plugin.training.job_config"', old))
     config = parse_job_config(["--job.config_file", path])
-    check_job_config(config, **registered_names())
+    check_settings(run_settings(config), **registered_names())
     assert config.job.custom_config_module == "aogpt_plugin.job_config" and config.aogpt.order == "mixture"
 
 
@@ -320,7 +323,7 @@ def test_toml_values_of_the_wrong_type_are_one_line(tmp_path, line, replacement,
     bad = tmp_path / "bad.toml"
     bad.write_text(text.replace(line, replacement, 1))
     with pytest.raises(ConfigError) as info:
-        check_job_config(parse_job_config(["--job.config_file", str(bad)]), **registered_names())
+        check_settings(run_settings(parse_job_config(["--job.config_file", str(bad)])), **registered_names())
     assert message in str(info.value) and "\n" not in str(info.value)
 
 
@@ -340,7 +343,7 @@ def test_bad_data_files_are_one_line_before_any_process_group(tmp_path, name, co
     (tmp_path / name).write_bytes(content)
     config = parse_job_config(DEBUG + [f"--{section}.dataset_path", str(tmp_path / name)])
     with pytest.raises(ConfigError) as info:
-        check_job_config(config, **registered_names())
+        check_settings(run_settings(config), **registered_names())
     assert message in str(info.value) and f"{section}.dataset_path" in str(info.value)
     assert "\n" not in str(info.value)
 
@@ -359,8 +362,8 @@ def test_a_prepared_folder_is_verified_against_its_manifest_unless_told_not_to(t
     shard.write_bytes(shard.read_bytes().replace(b"document 3 ", b"document 8 "))  # valid JSON, same size
     argv = DEBUG + ["--training.dataset_path", str(folder), "--job.dump_folder", str(tmp_path / "run")]
     with pytest.raises(ConfigError, match="shard shard-00000.jsonl does not match the sha256"):
-        check_job_config(parse_job_config(argv), **registered_names())
-    check_job_config(parse_job_config(argv + ["--aogpt.no-verify-data"]), **registered_names())
+        check_settings(run_settings(parse_job_config(argv)), **registered_names())
+    check_settings(run_settings(parse_job_config(argv + ["--aogpt.no-verify-data"])), **registered_names())
 
 
 @pytest.mark.parametrize("what", ["checkpoint_file", "dump_device"])
@@ -374,5 +377,5 @@ def test_a_dump_or_checkpoint_folder_that_is_not_a_folder_is_one_line(tmp_path, 
     else:
         dump, key, path, kind = "/dev/null", "job.dump_folder", "/dev/null", "a character device"
     with pytest.raises(ConfigError) as info:
-        check_job_config(parse_job_config(DEBUG + ["--job.dump_folder", str(dump)]), **registered_names())
+        check_settings(run_settings(parse_job_config(DEBUG + ["--job.dump_folder", str(dump)])), **registered_names())
     assert str(info.value).startswith(f"{key}: {path!r} is {kind}, not a folder; checkpoints and logs are written")

@@ -1,6 +1,6 @@
 """torchtitan 0.2.2's job config parser (TOML < CLI, through its ConfigManager's own lookup and class
 merge), with every error as one ConfigError line, and the names it has registered that the shared
-preflight checks against (`check_job_config(config, world_size, **registered_names())`)."""
+preflight checks against (`check_settings(settings, world_size, **registered_names())`)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import io
 import warnings
 
 from ...errors import ConfigError
-from ..config_checks import CUSTOM_CONFIG_MODULE, check_cli_args, config_files, unknown_toml_keys
+from ..config_checks import CUSTOM_CONFIG_MODULE, check_cli_args, check_types, config_files, unknown_toml_keys
 from ..console import box_message
 
 
 def registered_names() -> dict:
     """The datasets and model converters torchtitan 0.2.2 has registered (aogpt's datasets once
-    `aogpt_plugin.training.register()` ran), as preflight.check_job_config's keyword arguments."""
+    `aogpt_plugin.training.register()` ran), as preflight.check_settings' keyword arguments."""
     from torchtitan.components import quantization  # noqa: F401  (registers the float8 / MX converters)
     from torchtitan.hf_datasets.text_datasets import DATASETS
     from torchtitan.protocols.model_converter import _registry_model_converter_cls as converters
@@ -41,7 +41,9 @@ def parse_job_config(argv: list[str]):
                 keys = f"key{'s' * (len(unknown) > 1)}"
                 raise ConfigError(f"unknown {keys} in {_config_file(argv)}: {', '.join(unknown)}")
             check_cli_args(config_cls, argv)
-            return manager.parse_args(argv)
+            job_config = manager.parse_args(argv)
+        check_types(job_config, "")  # every value its field's type: the CLI library checks no TOML value
+        return job_config
     except ConfigError:
         raise
     except ImportError as e:

@@ -20,6 +20,7 @@ from torchtitan.models.llama3.infra.parallelize import (
 from torchtitan.tools.logging import logger
 
 from ..parallelize import check_parallelism, finish_parallelized, use_sum_reduction_on_gloo
+from .settings import share_settings
 
 
 def parallelize_aogpt(model: nn.Module, parallel_dims, job_config) -> nn.Module:
@@ -54,4 +55,4 @@ def parallelize_aogpt(model: nn.Module, parallel_dims, job_config) -> nn.Module:
         logger.info("Applied FSDP2 to aogpt (per block + root)")
     elif parallel_dims.dp_replicate_enabled:
         apply_ddp(model, parallel_dims.get_mesh("dp_replicate"), enable_compile=compile_model)
-    return finish_parallelized(model, job_config.ema)
+    return finish_parallelized(model, share_settings(job_config).ema)

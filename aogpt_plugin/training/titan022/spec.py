@@ -9,18 +9,17 @@ from functools import partial
 from torchtitan.protocols.train_spec import TrainSpec, register_train_spec
 from torchtitan.protocols.train_spec import _extra_train_specs as _registered
 
-from ...data.tokenizer import load_tokenizer
 from ...model import AOGPT, FLAVORS
 from ..console import quiet_known_warnings
-from ..loss import build_ao_loss
+from ..loss import recorded_loss
 from ..state_dict_adapter import AOGPTStateDictAdapter
 from ..step_guard import StepGuard
 from ..text_datasets import register_datasets
-from .checkpoint_save import install as install_checkpoint_hook
-from .dataloader import build_ordered_dataloader
+from .checkpoint import install as install_checkpoint_hook
+from .data import build_ao_validator, build_ordered_dataloader, build_tokenizer
 from .optimizers import build_aogpt_lr_schedulers, build_aogpt_optimizers
 from .parallelize import parallelize_aogpt
-from .validator import build_ao_validator
+from .settings import share_settings
 
 NAME = "aogpt"
 
@@ -34,8 +33,9 @@ class _FreshFlavors(dict):
         return copy.deepcopy(super().__getitem__(key))
 
 
-def build_tokenizer(job_config):
-    return load_tokenizer(job_config.aogpt.tokenizer)
+def build_ao_loss(job_config, guard: StepGuard, **unused):
+    """torchtitan `build_loss_fn`: the run's loss (../loss.py), recorded by `guard`."""
+    return recorded_loss(share_settings(job_config), guard)
 
 
 def get_train_spec() -> TrainSpec:
@@ -56,7 +56,7 @@ def get_train_spec() -> TrainSpec:
 
 
 def register() -> None:
-    """Register the `aogpt` TrainSpec and aogpt's datasets, wrap the checkpoint save (checkpoint_save.py;
+    """Register the `aogpt` TrainSpec and aogpt's datasets, wrap the checkpoint save (checkpoint.py;
     it acts on aogpt runs only) (idempotent), and silence the warnings listed in console.KNOWN_HARMLESS_WARNINGS."""
     from torchtitan.components.checkpoint import CheckpointManager
 

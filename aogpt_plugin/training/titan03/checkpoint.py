@@ -1,4 +1,4 @@
-"""aogpt's checkpoint save under torchtitan 0.3: the shared `save_recorded` (../checkpoint_save.py:
+"""aogpt's checkpoint save under torchtitan 0.3: the shared `save_recorded` (../checkpointing.py:
 each step folder's `aogpt.json` record, a requested stop that saves, a full disk named) around 0.3's
 own save.
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from torchtitan.components.checkpoint import CheckpointManager
 
-from ..checkpoint_save import save_recorded, stop_without_checkpoint
+from ..checkpointing import save_recorded, stop_without_checkpoint
 
 
 class AOGPTCheckpointManager(CheckpointManager):

@@ -15,7 +15,7 @@ from torchtitan.components.tokenizer import BaseTokenizer
 from ...data.synthetic import MarkovSource, MarkovSpec
 from ...data.tokenizer import load_tokenizer
 from ..batches import SyntheticWindows, ordered_windows
-from .settings import HeldSettings
+from ..sections import SettingsField
 from .windows import PackedTextWindows
 
 
@@ -24,7 +24,7 @@ class AOTokenizer(BaseTokenizer):
 
     @dataclass(kw_only=True, slots=True)
     class Config(BaseTokenizer.Config):
-        settings: HeldSettings = None
+        settings: SettingsField = None
 
     def __init__(self, config: Config, *, tokenizer_path: str | None = None, **unused):
         super().__init__()
@@ -49,7 +49,7 @@ class AOGPTDataLoader(ParallelAwareDataloader):
     class Config(ParallelAwareDataloader.Config):
         dataset: str = "local"
         infinite: bool = True
-        settings: HeldSettings = None
+        settings: SettingsField = None
 
     def __init__(
         self,

@@ -8,7 +8,7 @@ from .float8 import CONVERTERS
 
 
 def registered_names() -> dict:
-    """preflight.check_job_config's `datasets` and `converters`."""
+    """preflight.check_settings' `datasets` and `converters`."""
     from torchtitan.hf_datasets.text_datasets import DATASETS
 
     register_datasets()

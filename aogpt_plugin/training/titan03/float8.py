@@ -25,7 +25,7 @@ AUTO_FILTER = "auto_filter_small_kn"
 
 
 @dataclass
-class Float8:
+class Float8Config:
     enable_fsdp_float8_all_gather: bool = False
     """All-gather float8 weights under FSDP (tensorwise scaling)."""
 
@@ -47,7 +47,7 @@ class Float8:
 
 @dataclass
 class QuantizeLinear:
-    float8: Float8 = field(default_factory=Float8)
+    float8: Float8Config = field(default_factory=Float8Config)
 
 
 @dataclass
@@ -76,24 +76,25 @@ def _linear_filter(module: nn.Module, fqn: str, filter_fqns: list[str]) -> bool:
     return out_features % 16 == 0 and in_features % 16 == 0 and not any(f in fqn for f in filter_fqns)
 
 
-def convert_to_float8(model: nn.Module, settings: Float8, fsdp: bool) -> bool:
-    """Swap `model`'s eligible linears to torchao Float8Linear in place; True when the FSDP scale
+def convert_to_float8(model: nn.Module, float8, fsdp: bool) -> bool:
+    """Swap `model`'s eligible linears to torchao Float8Linear in place, as the run's `float8` settings
+    (sections.Float8) say; True when the FSDP scale
     precompute should run after every optimizer step."""
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
-    filter_fqns = [f for f in settings.filter_fqns if f != AUTO_FILTER]
-    if AUTO_FILTER in settings.filter_fqns:
+    filter_fqns = [f for f in float8.filter_fqns if f != AUTO_FILTER]
+    if AUTO_FILTER in float8.filter_fqns:
         from torchao.float8 import _auto_filter_for_recipe
 
-        module_filter = _auto_filter_for_recipe(settings.recipe_name or "tensorwise", filter_fqns=filter_fqns)
+        module_filter = _auto_filter_for_recipe(float8.recipe_name or "tensorwise", filter_fqns=filter_fqns)
     else:
         module_filter = partial(_linear_filter, filter_fqns=filter_fqns)
-    if settings.recipe_name is not None:
-        config, precompute = Float8LinearConfig.from_recipe_name(settings.recipe_name), False
+    if float8.recipe_name is not None:
+        config, precompute = Float8LinearConfig.from_recipe_name(float8.recipe_name), False
     else:
-        all_gather = fsdp and settings.enable_fsdp_float8_all_gather
-        config = Float8LinearConfig(enable_fsdp_float8_all_gather=all_gather, emulate=settings.emulate)
-        precompute = all_gather and settings.precompute_float8_dynamic_scale_for_fsdp
+        all_gather = fsdp and float8.enable_fsdp_float8_all_gather
+        config = Float8LinearConfig(enable_fsdp_float8_all_gather=all_gather, emulate=float8.emulate)
+        precompute = all_gather and float8.precompute_float8_dynamic_scale_for_fsdp
     convert_to_float8_training(model, config=config, module_filter_fn=module_filter)
     return precompute
 

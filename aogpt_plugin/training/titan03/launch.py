@@ -1,7 +1,7 @@
-"""What the shared launcher (../launcher.py) needs from torchtitan 0.3: the CPU shims, the parser of a
-recipe plus a 0.2.2-style command line, the run's settings the shared preflight and messages read
-(../sections.py), and the training run itself (torchtitan.train.main's body, on the config already
-parsed and checked).
+"""What the shared launcher (../launcher.py) needs from torchtitan 0.3: the CPU shims (cpu.py), the names
+the shared preflight checks against (dataset_names.py), the parser of a recipe plus a 0.2.2-style
+command line with the run's settings (../sections.py) it builds once, and the training run itself
+(torchtitan.train.main's body, on the config already parsed and checked).
 
 `python -m aogpt_plugin.train --job.config_file R.toml --training.steps 8 --job.dump_folder D`
 means the same on 0.2.2 and 0.3: the recipe is loaded by recipe.py, the options are renamed to
@@ -21,13 +21,15 @@ from ...errors import ConfigError
 from ..config_checks import check_cli_args
 from ..console import box_message, quiet_known_noise
 from ..cpu import has_accelerator
+from ..sections import RunSettings
 from ..text_datasets import register_datasets
 from .cpu import enable_cpu  # noqa: F401  (part of the interface)
 from .dataset_names import registered_names  # noqa: F401  (part of the interface)
 
 
-def parse_job_config(argv: list[str]):
-    """(the AOGPTTrainer.Config, its run settings) of `argv`; every error one ConfigError line."""
+def parse_command_line(argv: list[str]) -> tuple[object, RunSettings]:
+    """(the AOGPTTrainer.Config of `argv`, its run settings, built once and held by it); every error one
+    ConfigError line."""
     import tyro
     from torchtitan.config import ConfigManager
     from torchtitan.config.manager import custom_registry
@@ -35,7 +37,7 @@ def parse_job_config(argv: list[str]):
 
     from .model import model_registry
     from .recipe import load_recipe, translate_cli
-    from .trainer import AOGPTTrainer, run_settings
+    from .trainer import AOGPTTrainer, share_settings
 
     init_logger()
 
@@ -68,7 +70,7 @@ def parse_job_config(argv: list[str]):
         raise ConfigError(box_message(err.getvalue())) from None
     manager.config = config
     manager._validate_config()
-    return config, run_settings(config)
+    return config, share_settings(config)
 
 
 def trainer_for(rank: int, config) -> Callable[[], None]:

@@ -16,14 +16,14 @@ from torchtitan.components.loss import BaseLoss
 from torchtitan.config import CompileConfig
 
 from ..loss import ao_loss_sum
+from ..sections import SettingsField
 from ..step_guard import StepGuard
-from .settings import HeldSettings
 
 
 class AOLoss(BaseLoss):
     @dataclass(kw_only=True, slots=True)
     class Config(BaseLoss.Config):
-        settings: HeldSettings = None
+        settings: SettingsField = None
 
     def __init__(self, config: Config, *, compile_config: CompileConfig | None = None, **unused):
         ao = config.settings.aogpt

@@ -22,8 +22,8 @@ from torchtitan.protocols.model_spec import ModelSpec
 
 from ...model.args import FLAVORS, AOGPTModelArgs
 from ...model.model import AOGPT
-from .float8 import FLOAT8, Float8
-from .settings import HeldSettings
+from ..sections import Float8, SettingsField
+from .float8 import FLOAT8
 
 NAME = "aogpt"
 
@@ -35,13 +35,13 @@ class AOGPTModel(AOGPT, BaseModel):
         args: AOGPTModelArgs
         """The flavor's model args, updated from the run's settings by `update_from_config`."""
 
-        settings: HeldSettings = None
+        settings: SettingsField = None
 
         @property
         def float8(self) -> Float8 | None:
             """`[quantize.linear.float8]` when model.converters names it (the parallelize_fn swaps the linears)."""
-            run = self.settings
-            return run.quantize.linear.float8 if run is not None and FLOAT8 in run.model.converters else None
+            settings = self.settings
+            return settings.float8 if settings is not None and FLOAT8 in settings.model.converters else None
 
         def update_from_config(self, *, config, **kwargs) -> None:
             """0.2.2's `AOGPTModelArgs.update_from_config` on the run's settings: `[aogpt]` conditioning,

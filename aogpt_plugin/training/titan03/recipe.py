@@ -17,7 +17,7 @@ import tomllib
 import typing
 
 from ...errors import ConfigError
-from ..config_checks import _matches, _type_name
+from ..config_checks import check_types, matches_type, type_name
 from ..sections import AOGPT, EMA
 
 # recipe key -> 0.3 config path; "section.*": every key of the 0.3 section of that name
@@ -72,8 +72,8 @@ def _hint(config, path: str):
 
 def _set(config, path: str, value, key: str) -> None:
     obj, leaf, hint = _hint(config, path)
-    if not _matches(value, hint):
-        raise ConfigError(f"{key}={value!r} has the wrong type; allowed: {_type_name(hint)}")
+    if not matches_type(value, hint):
+        raise ConfigError(f"{key}={value!r} has the wrong type; allowed: {type_name(hint)}")
     setattr(obj, leaf, list(value) if isinstance(value, tuple) else value)
 
 
@@ -97,12 +97,14 @@ def _section(cls, name: str, values: dict):
 def _quantize(values: dict, unknown: list[str]):
     """`[quantize.linear.float8]` as float8.py's Quantize; other quantize sections (MX, grouped mm,
     which aogpt does not run on 0.3) go to `unknown`."""
-    from .float8 import Float8, Quantize, QuantizeLinear
+    from .float8 import Float8Config, Quantize, QuantizeLinear
 
     linear = values.get("linear", {})
     unknown += [f"[quantize] {k}" for k in values if k != "linear"]
     unknown += [f"[quantize.linear] {k}" for k in linear if k != "float8"]
-    return Quantize(linear=QuantizeLinear(float8=_section(Float8, "quantize.linear.float8", linear.get("float8", {}))))
+    float8 = _section(Float8Config, "quantize.linear.float8", linear.get("float8", {}))
+    check_types(float8, "quantize.linear.float8")  # aogpt's own sections check theirs as they are built
+    return Quantize(linear=QuantizeLinear(float8=float8))
 
 
 def load_recipe(

@@ -1,11 +1,12 @@
 """The torchtitan 0.3 Trainer for aogpt: its Config adds the `[aogpt]` and `[ema]` sections (the shared
 dataclasses of ../sections.py) and types each component as aogpt's.
 
-0.3 components see only their own Config. The Trainer builds the run's settings once, from the final
-config (`run_settings`: a RunSettings of ../sections.py, `[aogpt]`, `[ema]` and the job fields the
-shared code reads), and hands that one object to the Configs of the tokenizer, dataloader, loss,
-validator and model (`share_settings`) before torchtitan builds them; `[aogpt]` is set in one place,
-the Trainer's Config (`--aogpt.order l2r` included). Once torchtitan has built everything, and
+0.3 components see only their own Config. The run's settings are built once, from the final config
+(`run_settings`: a RunSettings of ../sections.py, `[aogpt]`, `[ema]` and the job fields the shared
+code reads), by the first `share_settings` (the launcher's parse, launch.py, or else the Trainer),
+and that one object is held by the Trainer's Config and the Configs of the tokenizer, dataloader,
+loss, validator and model before torchtitan builds them; `[aogpt]` is set in one place, the
+Trainer's Config (`--aogpt.order l2r` included). Once torchtitan has built everything, and
 before `train()` loads a checkpoint: the loss's step guard goes on the optimizers' step hooks with
 the EMA (../optimizers.py), and the checkpointer gets the run's record and the guard
 (checkpoint.py). CUDA graphs stay off (recipe.py): a replay would skip the guard's Python
@@ -21,9 +22,23 @@ from dataclasses import dataclass, field
 from torchtitan.trainer import Trainer
 
 from ...errors import UserError
-from ..checkpoint_record import run_record
+from ..checkpointing import run_record
 from ..optimizers import hook_guard_and_emas
-from ..sections import AOGPT, EMA, Job, Model, Optimizer, RunSettings, Training, Validation
+from ..sections import (
+    AOGPT,
+    EMA,
+    Checkpoint,
+    Compile,
+    Job,
+    LRScheduler,
+    Model,
+    Optimizer,
+    Parallelism,
+    RunSettings,
+    SettingsField,
+    Training,
+    Validation,
+)
 from ..step_guard import NonFiniteStepError
 from .checkpoint import AOGPTCheckpointManager
 from .data import AOGPTDataLoader, AOTokenizer
@@ -51,6 +66,7 @@ class AOGPTTrainer(Trainer):
         checkpoint: AOGPTCheckpointManager.Config = field(default_factory=AOGPTCheckpointManager.Config)
         model: ModelConverters = field(default_factory=ModelConverters)  # 0.2.2's `model.converters`
         quantize: Quantize = field(default_factory=Quantize)  # 0.2.2's `[quantize.linear.float8]` (float8.py)
+        settings: SettingsField = None  # the run's settings (`share_settings`), built once from the rest
 
     def __init__(self, config: Config):
         settings = share_settings(config)
@@ -67,7 +83,7 @@ class AOGPTTrainer(Trainer):
         if isinstance(self.checkpointer, AOGPTCheckpointManager):
             self.checkpointer.record_of = lambda: run_record(settings)
             self.checkpointer.guard = guard
-        _log_lr_as_0_2_2_did(self.lr_schedulers)
+        _log_lr_under_its_0_2_2_tag(self.lr_schedulers)
 
     def train(self) -> None:
         """Under stock `-m torchtitan.train` (preflight set) a non-finite step is a UserError, so it ends
@@ -84,14 +100,15 @@ def run_settings(config: AOGPTTrainer.Config) -> RunSettings:
     """The RunSettings (../sections.py) of an AOGPTTrainer.Config, after the command line is in: 0.3 moved
     some of the keys the shared code reads (`job.dump_folder` -> `dump_folder`, `training.dataset` ->
     `dataloader.dataset`, `validation.*` -> `validator.*`, `model.flavor` -> `model_spec.flavor`);
-    here they get the recipe's names back."""
+    here they get the recipe's names back, as titan022/settings.py reads them off a 0.2.2 JobConfig."""
     t, v, o = config.training, config.validator, config.optimizer
+    ckpt, comp, sched, par = config.checkpoint, config.compile, config.lr_scheduler, config.parallelism
     return RunSettings(
         aogpt=config.aogpt,
         ema=config.ema,
         job=Job(dump_folder=config.dump_folder),
         model=Model(
-            name=config.model_spec.name, flavor=config.model_spec.flavor, converters=list(config.model.converters)
+            name=config.model_spec.name, flavor=config.model_spec.flavor, converters=tuple(config.model.converters)
         ),
         training=Training(
             dataset=config.dataloader.dataset,
@@ -118,23 +135,36 @@ def run_settings(config: AOGPTTrainer.Config) -> RunSettings:
             weight_decay=o.weight_decay,
             early_step_in_backward=False,  # 0.3 has no such option
         ),
-        lr_scheduler=config.lr_scheduler,
-        parallelism=config.parallelism,
-        checkpoint=config.checkpoint,
-        compile=config.compile,
-        quantize=config.quantize,
+        lr_scheduler=LRScheduler(warmup_steps=sched.warmup_steps, decay_ratio=sched.decay_ratio),
+        parallelism=Parallelism(
+            tensor_parallel_degree=par.tensor_parallel_degree,
+            context_parallel_degree=par.context_parallel_degree,
+            pipeline_parallel_degree=par.pipeline_parallel_degree,
+        ),
+        checkpoint=Checkpoint(
+            enable=ckpt.enable,
+            folder=ckpt.folder,
+            interval=ckpt.interval,
+            keep_latest_k=ckpt.keep_latest_k,
+            load_step=ckpt.load_step,
+            exclude_from_loading=tuple(ckpt.exclude_from_loading),
+        ),
+        compile=Compile(enable=comp.enable, components=tuple(comp.components), backend=comp.backend),
+        float8=config.quantize.linear.float8,
     )
 
 
 def share_settings(config: AOGPTTrainer.Config) -> RunSettings:
-    """The run's settings, built once from the final `config` and held by each aogpt component's Config."""
-    settings = run_settings(config)
-    for part in (config.tokenizer, config.dataloader, config.loss, config.validator, config.model_spec.model):
-        part.settings = settings
-    return settings
+    """The run's settings, built once from the final `config` (the first call: the launcher's parse, or
+    the Trainer under stock `-m torchtitan.train`) and held by it and each aogpt component's Config."""
+    if config.settings is None:
+        config.settings = run_settings(config)
+        for part in (config.tokenizer, config.dataloader, config.loss, config.validator, config.model_spec.model):
+            part.settings = config.settings
+    return config.settings
 
 
-def _log_lr_as_0_2_2_did(schedulers) -> None:
+def _log_lr_under_its_0_2_2_tag(schedulers) -> None:
     """0.3 logs `lr/AdamW/<group>`; the TensorBoard tag `lr` of 0.2.2 runs is kept beside them (both
     groups share one learning rate), so dashboards and scripts read the same tag on both versions."""
     metrics = schedulers.get_metrics

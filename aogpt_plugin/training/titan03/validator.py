@@ -20,8 +20,8 @@ from torchtitan.components.validate import Validator
 from torchtitan.tools import utils
 from torchtitan.tools.logging import logger
 
+from ..sections import SettingsField
 from ..validation import FixedValidation
-from .settings import HeldSettings
 from .windows import PackedTextWindows
 
 
@@ -33,7 +33,7 @@ class AOValidator(Validator):
 
         val_seq_len: int = 0
         val_local_batch_size: int = 0
-        settings: HeldSettings = None
+        settings: SettingsField = None
 
     def __init__(
         self,

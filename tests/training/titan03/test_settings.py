@@ -1,11 +1,14 @@
 """The run's settings under torchtitan 0.3: one object built from the final config and held by the
-components; no 0.3 Config restates a default the shared sections and model args own, and the glue
-builds no look-alike namespaces. The source checks read the files, so they run on either version."""
+components, equal to what 0.2.2 builds from the same recipe; no 0.3 Config restates a default the
+shared sections and model args own, and the glue builds no look-alike namespaces. The source checks
+read the files, so they run on either version."""
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import json
+import subprocess
 
 import pytest
 from conftest import ROOT
@@ -124,10 +127,45 @@ def test_run_settings_read_the_final_config_under_the_recipes_names(titan03_on_c
     config = ConfigManager().parse_args(args)
     settings = run_settings(config)
     assert isinstance(settings, RunSettings) and settings.aogpt is config.aogpt and settings.ema is config.ema
+    assert config.settings is None  # the Trainer's `share_settings` builds the one it holds
     assert (settings.job.dump_folder, settings.model.name, settings.model.flavor) == ("/tmp/x", "aogpt", "debugmodel")
     assert (settings.training.seq_len, settings.training.dataset_path) == (64, "a.jsonl")
     assert settings.validation.seq_len == 64  # validator.val_seq_len 0: the training value
     assert settings.validation.local_batch_size == config.validator.val_local_batch_size == 8
-    assert settings.aogpt.order == "l2r" and settings.checkpoint is config.checkpoint
+    assert settings.aogpt.order == "l2r"
+    for f in dataclasses.fields(settings.checkpoint):  # typed copies of the config's own values
+        assert getattr(settings.checkpoint, f.name) == type(getattr(settings.checkpoint, f.name))(
+            getattr(config.checkpoint, f.name)
+        ), f.name
     with pytest.raises(dataclasses.FrozenInstanceError):
         settings.training = None
+
+
+# Every recipe's RunSettings as torchtitan 0.2.2's glue builds them, printed as JSON by `make setup`'s venv.
+DUMP_0_2_2 = """
+import dataclasses, glob, json
+from aogpt_plugin.training.titan022.launch import enable_torchtitan_on_cpu, parse_command_line
+enable_torchtitan_on_cpu()
+import aogpt_plugin
+aogpt_plugin.register()
+recipes = sorted(glob.glob("train_configs/*.toml")) + sorted(glob.glob("train_configs/study/*.toml"))
+print(json.dumps({r: dataclasses.asdict(parse_command_line(["--job.config_file", r])[1]) for r in recipes}))
+"""
+
+
+@needs_titan03
+def test_every_recipe_gives_equal_run_settings_on_0_2_2_and_0_3(titan03_on_cpu):
+    """The one settings type of the shared code, read by each version's glue off its own config: a recipe
+    parsed by 0.2.2 (`make setup`'s .venv, in a subprocess) and by 0.3 (here) gives equal RunSettings."""
+    from aogpt_plugin.training.titan03.launch import parse_command_line
+
+    python = ROOT / ".venv" / "bin" / "python"
+    assert python.exists(), "the torchtitan 0.2.2 venv is missing: run `make setup`"
+    proc = subprocess.run([str(python), "-c", DUMP_0_2_2], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    on_0_2_2 = json.loads(proc.stdout.strip().splitlines()[-1])
+    recipes = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "train_configs").rglob("*.toml"))
+    assert sorted(on_0_2_2) == recipes and len(recipes) > 5
+    for recipe in recipes:
+        settings = parse_command_line(["--job.config_file", recipe])[1]
+        assert json.loads(json.dumps(dataclasses.asdict(settings))) == on_0_2_2[recipe], recipe

@@ -1,4 +1,4 @@
-"""checkpoint_save.py: every step folder records its model; a resume into another model, a conversion
+"""checkpointing.py: every step folder records its model; a resume into another model, a conversion
 with another tokenizer and a full disk (simulated, and a real size-limited filesystem) are one line
 each; a second Ctrl-C inside a save and a stop with checkpointing off end the run in one line."""
 
@@ -198,7 +198,7 @@ def test_a_second_ctrl_c_inside_dcps_save_removes_the_partial_and_stops_at_once(
     """Reported: the second Ctrl-C during the stop's save ended in an 80-line traceback (DCP wraps the
     KeyboardInterrupt in its CheckpointException)."""
     from aogpt_plugin.errors import Interrupted
-    from aogpt_plugin.training.checkpoint_save import save_recorded
+    from aogpt_plugin.training.checkpointing import save_recorded
     from aogpt_plugin.training.step_guard import StepGuard
 
     _complete(tmp_path / "step-2")
@@ -226,7 +226,7 @@ def test_a_second_ctrl_c_that_left_only_an_unrelated_error_in_dcp_is_still_a_sto
     stop request notes the second Ctrl-C where its handler takes it, so the save knows. The same error without
     a second Ctrl-C is a real failure and propagates unchanged."""
     from aogpt_plugin.errors import Interrupted
-    from aogpt_plugin.training.checkpoint_save import save_recorded
+    from aogpt_plugin.training.checkpointing import save_recorded
     from aogpt_plugin.training.step_guard import StepGuard
 
     _complete(tmp_path / "step-2")
@@ -268,7 +268,7 @@ def test_the_stop_requests_handler_notes_the_second_ctrl_c_before_raising():
 
 
 def test_with_checkpointing_off_an_agreed_stop_ends_the_run_after_the_step_with_nothing_saved():
-    from aogpt_plugin.training.checkpoint_save import stop_without_checkpoint
+    from aogpt_plugin.training.checkpointing import stop_without_checkpoint
     from aogpt_plugin.training.step_guard import StepGuard
     from aogpt_plugin.training.stop_request import StopRequested
 
@@ -285,7 +285,7 @@ def test_with_checkpointing_off_an_agreed_stop_ends_the_run_after_the_step_with_
 def test_only_the_unfinished_saves_up_to_this_step_are_removed(tmp_path):
     """After a failed or interrupted save of step 3: an HF-format save (its index, no .metadata) is
     finished, a later step (a resumed run's) is not this save's, so step-3 alone goes."""
-    from aogpt_plugin.training.checkpoint_save import HF_SAVE_INDEX, remove_partial_saves
+    from aogpt_plugin.training.checkpointing import HF_SAVE_INDEX, remove_partial_saves
 
     for step, marker in ((1, ".metadata"), (2, HF_SAVE_INDEX), (3, "__0_0.distcp"), (5, "__0_0.distcp")):
         (tmp_path / f"step-{step}").mkdir()

@@ -1,13 +1,13 @@
 """aogpt's checkpoint save under torchtitan 0.2.2: its CheckpointManager's `save` wrapped once
 (`install`, called at registration) so that, for an aogpt run, the shared `save_recorded`
-(../checkpoint_save.py) writes each step folder's record, turns a requested stop into a complete
+(../checkpointing.py) writes each step folder's record, turns a requested stop into a complete
 checkpoint and StopRequested, and a full disk into one CheckpointDiskFullError line.
 """
 
 from __future__ import annotations
 
-from ..checkpoint_record import run_record
-from ..checkpoint_save import save_recorded, stop_without_checkpoint
+from ..checkpointing import run_record, save_recorded, stop_without_checkpoint
+from .settings import share_settings
 
 
 def _aogpt_run(manager):
@@ -39,7 +39,7 @@ def install(checkpoint_manager_cls) -> None:
             last_step,
             lambda: original(self, curr_step, last_step),
             self._async_wait,
-            lambda: run_record(trainer.job_config),
+            lambda: run_record(share_settings(trainer.job_config)),
             guard,
         )
 
