@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .errors import InputError, UserError
+from .errors import InputError, UserError, keyword_name
 
 if TYPE_CHECKING:
     from .eval.perplexity import PerplexityReport
@@ -335,7 +335,7 @@ class LoadedModel:
         from .eval.ppl_command import check_options, chunk_length
 
         with input_errors():
-            check_options(order, orders, ensemble, max_chunks, seq_len, batch_size, spell=str)
+            check_options(order, orders, ensemble, max_chunks, seq_len, batch_size, spell=keyword_name)
             tokenizer = self.tokenizer
             if tokenizer.get_vocab_size() != self.model_args.vocab_size:  # its text is not this model's
                 self.config.build_tokenizer(self._tokenizer_dir, check_vocab=True)  # raises, naming both
@@ -343,7 +343,7 @@ class LoadedModel:
             if isinstance(texts, (list, tuple)) and not texts:
                 raise InputError("texts_or_tokens is empty; allowed: documents (strings) or token chunks (C, n)")
             if isinstance(texts, (list, tuple)) and texts and all(isinstance(t, str) for t in texts):
-                n = chunk_length(seq_len, self.model_args.max_seq_len, self.source, spell=str)
+                n = chunk_length(seq_len, self.model_args.max_seq_len, self.source, spell=keyword_name)
                 packed = pack_documents(list(texts), tokenizer, n)
                 if packed.num_chunks == 0:
                     raise InputError(f"the texts have {packed.tokens} tokens, fewer than one chunk of seq_len {n}")

@@ -15,7 +15,12 @@ import threading
 
 
 class UserError(Exception):
-    """Bad input (argument, file, checkpoint, data) detected before expensive work."""
+    """Bad input (argument, file, checkpoint, data) detected before expensive work. `field`: the option
+    or request field it is about, where the check knows it (a requests file names it with the line)."""
+
+    def __init__(self, message: str = "", field: str | None = None):
+        super().__init__(message)
+        self.field = field
 
 
 class ConfigError(UserError):
@@ -25,6 +30,17 @@ class ConfigError(UserError):
 class InputError(UserError, ValueError):
     """A bad value passed to the Python API (`aogpt_plugin.load` and the model it returns): a UserError
     with the same one-line message, and a ValueError, so Python code catches it as it expects."""
+
+
+def flag_name(option: str) -> str:
+    """How a command spells an option in its messages: max_chunks -> --max-chunks. The Python API spells it
+    as its keyword (the option's own name): one wording, each caller its own spelling."""
+    return "--" + option.replace("_", "-")
+
+
+def keyword_name(option: str) -> str:
+    """How the Python API spells an option in its messages: its keyword."""
+    return option
 
 
 def require_at_least(flag: str, value: int | None, low: int, meaning: str) -> None:

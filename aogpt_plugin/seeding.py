@@ -53,10 +53,11 @@ STREAMS: dict[str, Stream] = {
     # evaluation (eval/perplexity, eval/ensemble)
     "eval_order": Stream("seed, chunk, draw", tag=0xE7A1),
     "eval_context_order": Stream("seed, chunk, draw, target index", tag=0xC0E7),
-    # sampling (sampler/generate; genppl draws batch b with the seed stream_seed("sample_batch", seed, b))
-    "sample_plan": Stream("seed (orders, binomial counts)", tag=0x0BDE, tag_first=False),
-    "sample_noise": Stream("seed (Gumbel noise, on the model's device)", tag=0x6E75, tag_first=False),
-    "sample_batch": Stream("seed, batch index"),
+    # sampling (sampler/generation.py), per sample: sample i of a batch seeded s has the seed s + i (or its own)
+    "sample_plan": Stream("a sample's seed (its order, its binomial counts)", tag=0x0BDE, tag_first=False),
+    "sample_noise": Stream(
+        "a sample's seed (the key of its counter-based Gumbel noise, sampler/noise.py)", tag=0x6E75, tag_first=False
+    ),  # fmt: skip
 }
 
 

@@ -21,17 +21,11 @@ from ..model import AOGPT, AOGPTModelArgs
 from ..model.model import TransformerBlock
 from ..sampler.choices import SamplerChoices, resolve_choices
 from ..sampler.decoder import CachedDecoder, decode_model
-from ..sampler.generation import plan_generator
-from ..sampler.graphs import StepRunner
-from ..sampler.prompt import generation_orders
-from ..sampler.sampling import (
-    SamplingParams,
-    filtered_scores,
-    gumbel_max,
-    noise_workspace,
-    sample_tokens,
-    step_counts,
-)
+from ..sampler.generation import noise_seed, plan_generator
+from ..sampler.graphs import StepRunner, uses_inductor
+from ..sampler.noise import PARALLEL_DRAW, NoiseWorkspace, row_keys
+from ..sampler.prompt import Prompt, sample_orders
+from ..sampler.sampling import SamplingParams, sample_tokens, step_counts
 
 # ---- encoder-only masked diffusion ------------------------------------------------------------
 # Encoder-only masked diffusion baseline (RADD/MDLM style), for the speed comparison only.
@@ -97,46 +91,52 @@ class EncoderResult:
 class StaticEncoder:
     """The encoder sampler's state at fixed addresses, so its steps are captured like the AO sampler's
     (static.py): the token table (column n is scratch), the order, tokens known, the plan of counts,
-    the step index and the noise workspace. Kept on the model's view across runs (`step_buffers`), as
-    the AO sampler's."""
+    the samples' noise keys, the step index and the noise buffers. Kept on the model's view across runs
+    (`step_buffers`), as the AO sampler's."""
 
-    def __init__(self, model: EncoderMDM, batch: int, length: int, rows: int, mode: str):
+    def __init__(self, model: EncoderMDM, batch: int, length: int, mode: str):
         device = model.tok_embeddings.weight.device
         self.model, self.length, self.vocab_size = model, length, model.model_args.vocab_size
         self.x = torch.empty(batch, length + 1, dtype=torch.long, device=device)
         self.orders = torch.zeros(batch, length, dtype=torch.long, device=device)
         self.known = torch.zeros(batch, dtype=torch.long, device=device)
         self.plan = torch.zeros(batch, length, dtype=torch.long, device=device)
+        self.noise_keys = torch.zeros(batch, dtype=torch.long, device=device)
         self.step_index = torch.zeros(1, dtype=torch.long, device=device)
-        self.noise = torch.empty(batch * rows * self.vocab_size, dtype=torch.float64, device=device)
+        self.noise = None if uses_inductor(mode, device) else NoiseWorkspace()
         self.aranges = {}
-        self.step = StepRunner(encoder_step, mode, device)
+        self.step = StepRunner(encoder_step, mode, device, "encoder step")
 
-    def start(self, orders: torch.Tensor, counts: torch.Tensor) -> None:
+    def start(self, orders: torch.Tensor, counts: torch.Tensor, noise_keys: torch.Tensor) -> None:
         self.x.fill_(self.model.mask_id)
         self.orders.copy_(orders)
         self.known.zero_()
         self.plan.zero_()
         self.plan[:, : counts.shape[1]] = counts
+        self.noise_keys.copy_(noise_keys)
         self.step_index.zero_()
+        if self.noise is not None:
+            grown = self.noise.grown
+            self.noise.reserve(self.x.shape[0] * int(counts.max()) * self.vocab_size, self.x.device)
+            if self.noise.grown != grown:  # graphs read the old buffers
+                self.step.reset()
 
-    def run_step(self, rows: int, sampling: SamplingParams, generator: torch.Generator) -> None:
-        batch = self.x.shape[0]
-        noise = self.noise[: batch * rows * self.vocab_size].view(batch, rows, self.vocab_size)
-        noise.uniform_(generator=generator)  # encoder_generate's draw
+    def run_step(self, rows: int, sampling: SamplingParams) -> None:
         if rows not in self.aranges:
             self.aranges[rows] = torch.arange(rows, device=self.x.device)
-        self.step((rows, sampling), self, self.aranges[rows], noise, sampling)
+        self.step((rows, sampling), self, self.aranges[rows], sampling)
 
 
-def encoder_step(state: StaticEncoder, r: torch.Tensor, noise: torch.Tensor, sampling: SamplingParams) -> None:
-    """encoder_generate's step on device tensors: a full forward, the heads of the R positions drawn."""
+def encoder_step(state: StaticEncoder, r: torch.Tensor, sampling: SamplingParams) -> None:
+    """encoder_generate's step on device tensors: a full forward, the heads of the R positions drawn, each
+    with its sample's counter noise (the AO sampler's draw)."""
     n = state.length
     new = state.plan.index_select(1, state.step_index).squeeze(1)
     at = state.orders.gather(1, torch.clamp(state.known[:, None] + r, max=n - 1))
     h = state.model.hidden(state.x[:, :n])
     h = h.gather(1, at.unsqueeze(-1).expand(-1, -1, h.shape[-1]))
-    tokens = gumbel_max(filtered_scores(state.model.output(h), state.vocab_size, sampling), noise)
+    keys = row_keys(state.noise_keys, PARALLEL_DRAW, at)
+    tokens = sample_tokens(state.model.output(h), state.vocab_size, sampling, keys, state.noise)
     state.x.scatter_(1, torch.where(r < new[:, None], at, n), tokens)
     state.known.add_(new)
     state.step_index.add_(1)
@@ -157,6 +157,7 @@ def encoder_generate(
     choices: SamplerChoices | None = None,
 ) -> EncoderResult:
     """The standard MDM sampler: start all-[MASK]; each step is one full forward over all n slots.
+    Sample i is seeded seed + i, as the AO sampler's (its order, counts and noise).
     `graphs` (graphs.py): off runs the loop below; the other modes run the same step at fixed shapes.
     `choices`: the AO sampler's, resolved (the benchmark's); else resolved here from `linears` and `graphs`."""
     sampling = (sampling or SamplingParams()).validate()
@@ -167,29 +168,30 @@ def encoder_generate(
     mode = choices.graphs
     view = decode_model(model, choices.linears)  # the same Linear kernels as the AO sampler (decoder.py)
     model = view.model
-    plan_gen = plan_generator(seed)
-    orders = generation_orders(length, batch, None, "random", plan_gen).to(device)
-    per_step = step_counts(length, steps, batch, schedule, counts, plan_gen)
-    noise = torch.Generator(device=device).manual_seed(seed)
+    seeds = [seed + i for i in range(batch)]
+    generators = [plan_generator(s) for s in seeds]
+    orders = sample_orders(length, (length,) * batch, (Prompt(),) * batch, ("random",) * batch, generators)
+    orders = orders.to(device)
+    per_step = step_counts([length] * batch, steps, schedule, counts, generators)
+    noise_keys = torch.tensor([noise_seed(s) for s in seeds], dtype=torch.long, device=device)
     synchronize(device)
     start_time = time.perf_counter()
     if mode != "off":
         per_step = per_step[:, per_step.max(dim=0).values > 0]
         key = ("encoder", batch, length, mode)
         state = view.step_buffers.get(key)
-        rows = int(per_step.max())
-        if state is None or state.noise.numel() < batch * rows * state.vocab_size:
+        if state is None:
             view.step_buffers.clear()
-            state = view.step_buffers[key] = StaticEncoder(model, batch, length, rows, mode)
-        state.start(orders, per_step.to(device))
+            state = view.step_buffers[key] = StaticEncoder(model, batch, length, mode)
+        state.start(orders, per_step.to(device), noise_keys)
         for rows in per_step.max(dim=0).values.tolist():
-            state.run_step(rows, sampling, noise)
+            state.run_step(rows, sampling)
         tokens = state.x[:, :length].cpu()
         synchronize(device)
         return EncoderResult(tokens, per_step.shape[1], time.perf_counter() - start_time)
     x = torch.full((batch, length + 1), model.mask_id, dtype=torch.long, device=device)  # column n: scratch
     known = torch.zeros(batch, dtype=torch.long)
-    workspace = noise_workspace(batch * int(per_step.max()), model.model_args.vocab_size, device)
+    workspace = NoiseWorkspace()
     forward_passes = 0
     for step in range(steps):
         new = per_step[:, step]
@@ -199,8 +201,10 @@ def encoder_generate(
         at = orders.gather(1, torch.clamp(known[:, None] + r, max=length - 1).to(device))
         h = model.hidden(x[:, :length])
         h = h.gather(1, at.unsqueeze(-1).expand(-1, -1, h.shape[-1]))
-        tokens = sample_tokens(model.output(h), model.model_args.vocab_size, sampling, noise, workspace)
-        x.scatter_(1, torch.where((r < new[:, None]).to(device), at, length), tokens)
+        drawn = (r < new[:, None]).to(device)
+        keys = row_keys(noise_keys, PARALLEL_DRAW, at)
+        tokens = sample_tokens(model.output(h), model.model_args.vocab_size, sampling, keys, workspace, drawn)
+        x.scatter_(1, torch.where(drawn, at, length), tokens)
         known += new
         forward_passes += 1
     tokens = x[:, :length].cpu()
@@ -229,22 +233,25 @@ def ar_generate(
     length: int,
     batch: int = 1,
     sampling: SamplingParams | None = None,
-    generator: torch.Generator | None = None,
+    seed: int = 0,
     backend: str = "sdpa",
     linears: str = "auto",
 ) -> ARResult:
-    """x_0 from [None], then x_j from slot j reading x_{j-1}; slot j is conditioned on target j."""
+    """x_0 from [None], then x_j from slot j reading x_{j-1}; slot j is conditioned on target j. Sample i
+    draws position j with the AO sampler's noise of seed seed + i: its tokens are those of the AO sampler
+    at T = n in left-to-right order, given the same logits."""
     sampling = (sampling or SamplingParams()).validate()
     vocab = model.model_args.vocab_size
     weight = model.tok_embeddings.weight
     device = weight.device
     choices = resolve_choices("off", backend, linears, device, weight.dtype, model.model_args.head_dim)
+    noise_keys = torch.tensor([noise_seed(seed + i) for i in range(batch)], dtype=torch.long, device=device)
     synchronize(device)
     start_time = time.perf_counter()
     decoder = CachedDecoder(model, batch, length + 1, choices.backend, choices.linears)
     tokens = torch.zeros(batch, length, dtype=torch.long, device=device)
     prev = torch.zeros(batch, 1, dtype=torch.long, device=device)
-    workspace = noise_workspace(batch, vocab, device)
+    workspace = NoiseWorkspace()
     one = torch.ones(batch, dtype=torch.long)
     for j in range(length):
         position = torch.full((batch, 1), j - 1, dtype=torch.long, device=device)
@@ -255,7 +262,8 @@ def ar_generate(
         else:
             mask, kv_len = None, j + 1
         h = decoder.forward(h, cond, j, mask, kv_len)
-        prev = sample_tokens(decoder.logits(h, cond), vocab, sampling, generator, workspace)
+        keys = row_keys(noise_keys, PARALLEL_DRAW, target)
+        prev = sample_tokens(decoder.logits(h, cond), vocab, sampling, keys, workspace)
         tokens[:, j] = prev[:, 0]
     tokens = tokens.cpu()
     synchronize(device)

@@ -167,7 +167,7 @@ def run_bench(
     static step at T=n with the identity order on the conditioning-free backbone. `model` (trained
     weights) replaces the flavor's random AO and AR models and drops the encoder. `profile_steps` > 0 (a
     static graphs mode) adds "step_profile": that many AO decode steps at T=n profiled (decode_profile.py)."""
-    from ..sampler.generation import SampleConfig, generate, noise_generator, speculative_generate
+    from ..sampler.generation import SampleConfig, generate, speculative_generate
     from .baselines import ar_generate, build_encoder_mdm, encoder_generate
 
     graphs, backend, linears = choices.graphs, choices.backend, choices.linears
@@ -187,9 +187,9 @@ def run_bench(
         return encoder_generate(enc, n, t, batch, seed=1, choices=choices)
 
     def ar_run():
-        if graphs != "off":  # the same noise stream as ar_generate's: the same tokens
+        if graphs != "off":  # the same noise as ar_generate's: the same tokens
             return generate(ar, SampleConfig(steps=n, order="l2r", **common), choices=choices)
-        return ar_generate(ar, n, batch, generator=noise_generator(1, device), backend=backend, linears=linears)
+        return ar_generate(ar, n, batch, seed=1, backend=backend, linears=linears)
 
     variants = {f"ao {t}": lambda t=t: ao_run(t) for t in steps}
     if speculative is not None:

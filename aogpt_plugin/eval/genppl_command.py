@@ -40,7 +40,7 @@ def add_to(subparsers) -> None:
     g.add_argument("--temperature", type=float, default=1.0, help="softmax temperature of the sampler (default 1)")
     g.add_argument("--top-p", type=float, default=1.0, help="nucleus mass kept per draw (default 1: off)")
     g.add_argument("--top-k", type=int, default=None, help="most likely tokens kept per draw (default: all)")
-    g.add_argument("--seed", type=int, default=0, help="sampler seed; batch b of --batch-size samples uses (seed, b)")
+    g.add_argument("--seed", type=int, default=0, help="sampler seed: sample i is seeded SEED + i, in any batch")
     g.add_argument("--save-samples", metavar="FILE", default=None, help="also write the samples (sampler --json form)")
     add_graphs_arg(g)
     g.add_argument("--force", action="store_true", help="replace an existing --save-samples FILE")
@@ -128,21 +128,22 @@ def _check_sampling_args(args) -> None:
 
 
 def sample_from_model(args, device, say):
-    """Draw --num-samples samples with aogpt_plugin.sampler, --batch-size at a time (batch b seeded (seed, b)),
-    through the sampler's one request path (sampler/request.py), checked before the weights load."""
+    """Draw --num-samples samples with aogpt_plugin.sampler, --batch-size at a time, sample i seeded --seed + i
+    (so the samples do not depend on the batch size), through the sampler's one request path
+    (sampler/request.py), checked before the weights load."""
     import dataclasses
 
     from ..model_dir import load_model_dir, read_config
     from ..sampler import samples_record
     from ..sampler.request import SampleRequest, run_plan
-    from ..seeding import stream_seed
     from .samples import Sample, SampleSet
 
     request = SampleRequest.from_args(
         args, renamed={"order": "sample_order"}, num_samples=min(args.batch_size, args.num_samples)
     )
     dtype = resolve_dtype(args.dtype)
-    plan = request.plan(read_config(args.model).model_args, None, device, dtype)  # no prompt: nothing to tokenize
+    model_args = read_config(args.model).model_args
+    plan = request.plan(model_args, None, device, dtype)  # no prompt: nothing to tokenize
     model_dir = load_model_dir(args.model, device, dtype, verify=args.verify)
     tokenizer = model_dir.tokenizer(check_vocab=False)
     settings = {
@@ -150,7 +151,7 @@ def sample_from_model(args, device, say):
         "weights": model_dir.config.weights,
         "step": model_dir.config.step,
         "length": plan.config.length,
-        "steps": plan.config.steps,
+        "steps": plan.config.length if plan.config.steps is None else plan.config.steps,
         "order": args.sample_order,
         "temperature": args.temperature,
         "top_p": args.top_p,
@@ -162,15 +163,12 @@ def sample_from_model(args, device, say):
     }
     say(f"sampling {args.num_samples} samples from {args.model}: " + ", ".join(f"{k} {v}" for k, v in settings.items()))
     samples, forwards = [], 0
-    for batch, start in enumerate(range(0, args.num_samples, args.batch_size)):
-        config = dataclasses.replace(
-            plan.config,
-            num_samples=min(args.batch_size, args.num_samples - start),
-            seed=stream_seed("sample_batch", args.seed, batch),
-        )
-        drawn = run_plan(model_dir.model, dataclasses.replace(plan, config=config), tokenizer.decode)
+    for start in range(0, args.num_samples, args.batch_size):
+        seeds = list(range(args.seed + start, args.seed + min(start + args.batch_size, args.num_samples)))
+        batch = dataclasses.replace(request, num_samples=len(seeds), seed=seeds)
+        drawn = run_plan(model_dir.model, batch.plan(model_args, None, device, dtype), tokenizer.decode)
         forwards += drawn.result.forward_passes
-        samples += [Sample(tokens=row, text=text) for row, text in zip(drawn.tokens.tolist(), drawn.texts, strict=True)]
+        samples += [Sample(tokens=drawn.result.sample_tokens(b), text=text) for b, text in enumerate(drawn.texts)]
     del model_dir
     settings["forward_passes"] = forwards  # over all batches
     if args.save_samples:

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 
 from ..devices import Reporter, add_runtime_args, print_json, resolve_device, resolve_dtype
-from ..errors import UserError, require_at_least
+from ..errors import UserError, flag_name, require_at_least
 from ..orders import L2R, READ_ORDERS
 from .benchmarks import (
     BENCHMARKS,
@@ -37,11 +37,6 @@ def add_to(subparsers) -> None:
     add_runtime_args(p)
     add_verify_data_arg(p)
     p.set_defaults(run=run)
-
-
-def flag_name(option: str) -> str:
-    """How `aogpt eval ppl` spells an option in its messages: max_chunks -> --max-chunks."""
-    return "--" + option.replace("_", "-")
 
 
 def check_options(

@@ -17,7 +17,7 @@ _EXPORTS = {  # name: module that defines it (imported on first use: `aogpt samp
     "SampleConfig": "generation",
     "StepRecord": "generation",
     "generate": "generation",
-    "noise_generator": "generation",
+    "noise_seed": "generation",
     "plan_generator": "generation",
     "samples_record": "generation",
     "Prompt": "prompt",

@@ -57,7 +57,7 @@ def check_names(graphs: str, backend: str, linears: str) -> None:
 
 def _check(name: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
-        raise UserError(f"{name}={value!r} is not supported; allowed: {', '.join(allowed)}")
+        raise UserError(f"{name}={value!r} is not supported; allowed: {', '.join(allowed)}", name)
 
 
 def resolve_graphs(mode: str, device: torch.device | str) -> str:

@@ -51,7 +51,10 @@ def add_to(subparsers) -> None:
         "distribution in fewer forward passes (excludes --steps/--schedule/--counts)",
     )
     p.add_argument(
-        "--seed", type=int, default=0, help="seed of the orders, counts and Gumbel noise: same seed, same samples"
+        "--seed",
+        type=int,
+        default=0,
+        help="sample i draws its order, counts and Gumbel noise from seed SEED + i: same seed, same samples, in any batch",
     )
     p.add_argument("--backend", choices=BACKENDS, default="auto", help="attention (auto: per device)")
     add_graphs_arg(p)
@@ -89,7 +92,7 @@ def check_fits(model_args, plan, device, dtype, flag: str = "--num-samples") -> 
     sample_config, itemsize = plan.config, dtype.itemsize
     weights = _parameter_bytes(model_args, itemsize)
     static = plan.choices.graphs != "off"
-    per_sample = memory_per_sample(model_args, sample_config, len(plan.prompt), itemsize, plan.draft, static)
+    per_sample = memory_per_sample(model_args, sample_config, plan.fewest_given(), itemsize, plan.draft, static)
     batch = sample_config.num_samples
     if weights + batch * per_sample <= free:
         return
@@ -117,13 +120,13 @@ def run(args) -> int:
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype)
     config, plan = check_args(args, device, dtype)
-    sample_config, prompt = plan.config, plan.prompt
+    sample_config = plan.config
     check_fits(config.model_args, plan, device, dtype)
     model_dir = load_model_dir(args.model, device=device, dtype=dtype, verify=args.verify)
     tokenizer = model_dir.tokenizer(check_vocab=False)
     samples = run_plan(model_dir.model, plan, tokenizer.decode, progress=not args.no_progress)
     result, speculative, texts = samples.result, samples.speculative, samples.texts
-    tokens = samples.tokens.tolist()
+    tokens = [result.sample_tokens(b) for b in range(sample_config.num_samples)]
     if args.json:
         out = samples_record(
             tokens,
@@ -132,7 +135,7 @@ def run(args) -> int:
             model=args.model,
             length=sample_config.length,
             num_samples=sample_config.num_samples,
-            given_positions=list(prompt.positions),
+            given_positions=list(plan.prompt_of(0).positions),  # the same for every sample here
             steps=result.steps,
             forward_passes=result.forward_passes,
             seconds=round(result.seconds, 6),

@@ -17,6 +17,11 @@ Samples of a batch may unmask different numbers of tokens in a step (binomial co
 is padded to the widest sample, each sample keeps its own cache length and (p, b) in the mask, and
 a sample with b = 0 just keeps its pending slots. A step where no sample unmasks runs no forward.
 
+Each sample of a batch is its own request: its given tokens, its length (up to the batch's), its fill
+order and its seed. Its order and binomial counts come from a generator of its own seed and its Gumbel
+noise is counter-based (noise.py: a hash of its seed, the draw and the position), so its tokens depend
+on its own request and seed only, never on its neighbours, the batch size or how the step runs.
+
 The step's formulas (its geometry, draws and cached forward) are step.py's, which the static step
 (static.py) runs too. `speculative_generate` sets a run up the same way and hands it to the rounds of
 speculative.py: the sequential (T = n) distribution, exactly, in fewer forward passes. What a run runs
@@ -34,12 +39,13 @@ from ..devices import synchronize
 from ..errors import UserError
 from ..model import AOGPT
 from ..orders import READ_ORDERS
-from ..seeding import stream_generator
+from ..seeding import stream_generator, stream_seed
 from .choices import SamplerChoices, check_names, resolve_choices
 from .decoder import CachedDecoder
+from .noise import PARALLEL_DRAW, NoiseWorkspace, row_keys
 from .options import COUNTS, SCHEDULES
-from .prompt import Prompt, generation_orders
-from .sampling import SamplingParams, noise_workspace, sample_tokens, step_counts
+from .prompt import Prompt, order_specs, sample_orders, sample_prompts
+from .sampling import SamplingParams, sample_tokens, step_counts
 from .speculative import MAX_DRAFT, SpeculativeStats, parse_draft, sample_rounds
 from .static import StaticDecoder, plan_steps, static_decoder, static_slots
 from .step import draw_slots, forward_slots, step_geometry
@@ -47,48 +53,81 @@ from .step import draw_slots, forward_slots, step_geometry
 
 @dataclass
 class SampleConfig:
-    length: int  # n: positions per sample (given + generated)
-    steps: int  # T: denoising steps over the positions to generate
+    length: int  # n: positions per sample (given + generated); with `lengths`, the batch's longest
+    steps: int | None = None  # T: denoising steps over each sample's positions to generate; None: one per token
     num_samples: int = 1
-    order: str = "random"  # random | l2r (a tensor order can be passed to `generate`)
+    order: str = "random"  # random | l2r (a tensor order, or one per sample, can be passed to `generate`)
     schedule: str = "linear"  # linear | cosine time grid
     counts: str = "deterministic"  # deterministic (authors' code) | binomial (Lemma 4.1)
     sampling: SamplingParams = field(default_factory=SamplingParams)
-    seed: int = 0
+    seed: int = 0  # sample i's seed is seed + i, unless `seeds` gives each its own
     backend: str = "auto"  # auto | sdpa | flex (resolved with the two below: choices.py)
     linears: str = "auto"  # auto | aten | onednn (decoder.py)
     graphs: str = "auto"  # auto | on | off | compile | static (graphs.py): how each step runs
+    lengths: tuple[int, ...] | None = None  # per sample, each <= length; None: every sample has `length`
+    seeds: tuple[int, ...] | None = None  # per sample; None: seed, seed + 1, ...
+
+    def sample_lengths(self) -> tuple[int, ...]:
+        return tuple(self.lengths) if self.lengths is not None else (self.length,) * self.num_samples
+
+    def sample_seeds(self) -> tuple[int, ...]:
+        """Each sample's seed: its orders, counts and noise are drawn from it alone (batch invariance)."""
+        if self.seeds is not None:
+            return tuple(self.seeds)
+        return tuple(self.seed + i for i in range(self.num_samples))
 
     def validate(
         self,
         max_positions: int,
-        prompt: Prompt | None = None,
+        prompt: Prompt | tuple[Prompt, ...] | None = None,
         vocab_size: int | None = None,
         speculative: bool = False,
     ):
-        """Checks every value against the model; raises UserError naming the first bad one.
+        """Checks every value against the model; raises UserError naming the first bad one (and the sample,
+        in a batch whose samples differ). `prompt`: one for every sample or one per sample.
         `speculative`: the rounds decide the forwards, so `steps` does not apply and is not checked.
         backend, linears and graphs are names here (choices.py checks and resolves them)."""
         if self.num_samples < 1:
-            raise UserError(f"num_samples={self.num_samples} must be >= 1")
+            raise UserError(f"num_samples={self.num_samples} must be >= 1", "num_samples")
         if not 1 <= self.length <= max_positions:
-            raise UserError(f"length={self.length} is outside the model's positions; allowed: 1..{max_positions}")
+            raise UserError(
+                f"length={self.length} is outside the model's positions; allowed: 1..{max_positions}", "length"
+            )
+        for name, values in (("lengths", self.lengths), ("seeds", self.seeds)):
+            if values is not None and len(values) != self.num_samples:
+                raise UserError(
+                    f"{name} has {len(values)} items for {self.num_samples} samples; allowed: one per sample", name
+                )
+        for b, n_b in enumerate(self.lengths or ()):
+            if not 1 <= n_b <= self.length:
+                raise UserError(
+                    f"length={n_b} of sample {b} is outside 1..{self.length} (the batch's length)", "length"
+                )
         for name, value, allowed in (
             ("order", self.order, READ_ORDERS),
             ("schedule", self.schedule, SCHEDULES),
             ("counts", self.counts, COUNTS),
         ):
             if value not in allowed:
-                raise UserError(f"{name}={value!r} is not supported; allowed: {', '.join(allowed)}")
+                raise UserError(f"{name}={value!r} is not supported; allowed: {', '.join(allowed)}", name)
         check_names(self.graphs, self.backend, self.linears)
         self.sampling.validate()
-        if prompt is not None and vocab_size is not None:
-            prompt.validate(self.length, vocab_size)
-        to_fill = self.length - len(prompt or ())
-        if to_fill < 1:
-            raise UserError(f"all {self.length} positions are given; nothing is left to generate")
-        if not speculative and not 1 <= self.steps <= to_fill:
-            raise UserError(f"steps={self.steps} is outside the allowed range 1..{to_fill} (positions to generate)")
+        if isinstance(prompt, tuple) or self.lengths is not None:  # per sample
+            prompts, lengths = sample_prompts(prompt, self.num_samples), self.sample_lengths()
+            differ = len(set(prompts)) > 1 or len(set(lengths)) > 1
+        else:  # one check serves every sample (num_samples may be large: the memory check comes later)
+            prompts, lengths, differ = (prompt or Prompt(),), (self.length,), False
+        for b, (n_b, given) in enumerate(zip(lengths, prompts, strict=True)):
+            of = f" (sample {b})" if differ else ""
+            if vocab_size is not None:
+                given.validate(n_b, vocab_size)
+            to_fill = n_b - len(given)
+            if to_fill < 1:
+                raise UserError(f"all {n_b} positions are given{of}; nothing is left to generate")
+            if not speculative and self.steps is not None and not 1 <= self.steps <= to_fill:
+                raise UserError(
+                    f"steps={self.steps} is outside the allowed range 1..{to_fill} (positions to generate){of}", "steps"
+                )
         return self
 
 
@@ -104,21 +143,28 @@ class StepRecord:
 
 @dataclass
 class GenerationResult:
-    tokens: torch.Tensor  # (B, n) in position order, on CPU
+    tokens: torch.Tensor  # (B, n) in position order, on CPU; -1 past a sample's length
     orders: torch.Tensor  # (B, n) the order each sample was generated in (given positions first)
-    num_given: int
+    given: torch.Tensor  # (B,) given tokens per sample
+    lengths: torch.Tensor  # (B,) positions per sample
     steps: int
     forward_passes: int
-    seconds: float
+    seconds: float  # sampling, and compiling the step if it was compiled in this run (compile_seconds)
     trace: list[StepRecord] | None = None
+    compile_seconds: float = 0.0
 
     @property
     def generated_tokens(self) -> int:
-        return self.tokens.numel() - self.tokens.shape[0] * self.num_given
+        return int((self.lengths - self.given).sum())
 
     @property
     def tokens_per_second(self) -> float:
-        return self.generated_tokens / max(self.seconds, 1e-9)
+        """Sampling speed: generated tokens over the seconds spent sampling (a compile of the step excluded)."""
+        return self.generated_tokens / max(self.seconds - self.compile_seconds, 1e-9)
+
+    def sample_tokens(self, b: int) -> list[int]:
+        """Sample b's tokens, its own length."""
+        return self.tokens[b, : int(self.lengths[b])].tolist()
 
 
 def samples_record(tokens: list[list[int]], texts: list[str], **meta) -> dict:
@@ -129,49 +175,54 @@ def samples_record(tokens: list[list[int]], texts: list[str], **meta) -> dict:
 
 
 def plan_generator(seed: int) -> torch.Generator:
-    """Draws orders and binomial counts (CPU)."""
+    """Draws one sample's order and binomial counts (CPU), from its seed."""
     return stream_generator("sample_plan", seed)
 
 
-def noise_generator(seed: int, device: torch.device | str) -> torch.Generator:
-    """Draws the Gumbel noise of every token, on the model's device."""
-    return stream_generator("sample_noise", seed, device=device)
+def noise_seed(seed: int) -> int:
+    """The key of one sample's counter-based noise (noise.py), from its seed."""
+    return stream_seed("sample_noise", seed)
 
 
 @dataclass
 class _Run:
-    """What both samplers set up the same way: the orders, the noise stream, the cache and the
-    in-order token table with the prompt in it (set up by `_start`, read out by `_finish`).
-    With graphs off the cache is sized to the run; otherwise the model's static decoder holds it."""
+    """What both samplers set up the same way, per sample: the orders (drawn from the sample's seed), the
+    given tokens and lengths, the noise keys, the cache and the in-order token table with the given tokens
+    in it (set up by `_start`, read out by `_finish`). With graphs off the cache is sized to the run;
+    otherwise the model's static decoder holds it."""
 
     n: int
     batch: int
-    given: int
+    given: torch.Tensor  # (B,) on CPU
+    lengths: torch.Tensor  # (B,) on CPU
     device: torch.device
     choices: SamplerChoices
     orders: torch.Tensor  # (B, n) on CPU
     order_dev: torch.Tensor
-    plan: torch.Generator  # orders drawn; a parallel run draws its step counts next
-    noise: torch.Generator
+    generators: list[torch.Generator]  # per sample: its order drawn; a parallel run draws its counts next
+    noise_keys: torch.Tensor  # (B,) the samples' noise keys (noise_seed), on CPU
+    noise_keys_dev: torch.Tensor  # the same on the device
+    given_table: torch.Tensor  # (B, n) on CPU: each sample's given tokens in order, 0 after them
     decoder: CachedDecoder | None = None
     static: StaticDecoder | None = None
     in_order: torch.Tensor | None = None  # in_order[:, j] = x[sigma(j)]; column n (or later) is scratch
     start_time: float = 0.0
+    compiled_before: float = 0.0
 
-    def start(self, model: AOGPT, config: SampleConfig, prompt: Prompt, plan=None) -> None:
+    def start(self, model: AOGPT, plan=None) -> None:
         """The timed part begins: the cache and the token table (and a static run's plan)."""
         synchronize(self.device)
         self.start_time = time.perf_counter()
         c = self.choices
         if c.graphs != "off":
             self.static = static_decoder(model, self.batch, c.backend, c.linears, c.graphs)
-            self.static.start(self.orders, prompt.tokens, plan)
+            self.compiled_before = self.static.compile_seconds()
+            self.static.start(self.orders, self.given_table, self.given, self.noise_keys, plan)
             self.decoder, self.in_order = self.static.decoder, self.static.in_order
             return
         self.decoder = CachedDecoder(model, self.batch, self.n + 1, c.backend, c.linears)
         self.in_order = torch.zeros(self.batch, self.n + 1, dtype=torch.long, device=self.device)
-        if self.given:
-            self.in_order[:, : self.given] = torch.tensor(prompt.tokens, device=self.device)
+        self.in_order[:, : self.n] = self.given_table.to(self.device)
 
     def forward(self, cache_len, pending, width, rows) -> torch.Tensor:
         """One cached forward of a step whose geometry the host decided ((B,) host tensors, rows (B, R)):
@@ -188,19 +239,24 @@ class _Run:
             self.decoder, self.in_order, self.order_dev, cache_len, pending, width, q, rows, mask, kv_len, write
         )
 
+    def keys(self, step, order_index: torch.Tensor) -> torch.Tensor:
+        """Noise keys (B, R, 2) of draws `step` (noise.py) for the positions at `order_index` (B, R) of each
+        sample's order (CPU; clamped into the order)."""
+        positions = self.orders.gather(1, order_index.clamp(0, self.n - 1))
+        return row_keys(self.noise_keys_dev, step, positions.to(self.device))
+
 
 def _start(
     model: AOGPT,
     config: SampleConfig,
-    prompt: Prompt | None,
-    order: torch.Tensor | None,
+    prompt: Prompt | tuple[Prompt, ...] | None,
+    order,
     choices: SamplerChoices | None,
     speculative: bool,
-) -> tuple[_Run, Prompt]:
+) -> _Run:
     """Checks the config against the model, resolves its choices unless the caller's plan did
-    (choices.py), and draws the orders: the set-up both samplers share."""
+    (choices.py), and draws each sample's order from its own seed: the set-up both samplers share."""
     args = model.model_args
-    prompt = prompt or Prompt()
     config.validate(args.max_seq_len, prompt, args.vocab_size, speculative=speculative)
     weight = model.tok_embeddings.weight
     device = weight.device
@@ -208,55 +264,76 @@ def _start(
         choices = resolve_choices(
             config.graphs, config.backend, config.linears, device, weight.dtype, args.head_dim, speculative
         )
-    n, batch, given = config.length, config.num_samples, len(prompt)
-    plan = plan_generator(config.seed)
-    orders = generation_orders(n, batch, prompt, config.order if order is None else order, plan)
-    run = _Run(n, batch, given, device, choices, orders, orders.to(device), plan, noise_generator(config.seed, device))
-    return run, prompt
+    n, batch = config.length, config.num_samples
+    prompts, lengths = sample_prompts(prompt, batch), config.sample_lengths()
+    seeds = config.sample_seeds()
+    generators = [plan_generator(s) for s in seeds]
+    orders = sample_orders(
+        n, lengths, prompts, order_specs(config.order if order is None else order, batch), generators
+    )
+    given_table = torch.zeros(batch, n, dtype=torch.long)
+    for b, p in enumerate(prompts):
+        given_table[b, : len(p)] = torch.tensor(p.tokens, dtype=torch.long)
+    given = torch.tensor([len(p) for p in prompts], dtype=torch.long)
+    noise_keys = torch.tensor([noise_seed(s) for s in seeds], dtype=torch.long)
+    return _Run(
+        n, batch, given, torch.tensor(lengths), device, choices, orders, orders.to(device), generators, noise_keys,
+        noise_keys.to(device), given_table,
+    )  # fmt: skip
 
 
 def _finish(run: _Run) -> tuple[torch.Tensor, float]:
-    """The samples in position order (CPU) and the seconds since `start`."""
+    """The samples in position order (CPU; -1 past a sample's length) and the seconds since `start`."""
     tokens = torch.zeros(run.batch, run.n, dtype=torch.long, device=run.device)
     tokens = tokens.scatter_(1, run.order_dev, run.in_order[:, : run.n]).cpu()
     synchronize(run.device)
-    return tokens, time.perf_counter() - run.start_time
+    seconds = time.perf_counter() - run.start_time
+    tokens[torch.arange(run.n) >= run.lengths[:, None]] = -1
+    return tokens, seconds
+
+
+def _compile_seconds(run: _Run) -> float:
+    """Seconds this run spent compiling the static step (said on stderr as they were spent; graphs.py)."""
+    return 0.0 if run.static is None else run.static.compile_seconds() - run.compiled_before
 
 
 @torch.inference_mode()
 def generate(
     model: AOGPT,
     config: SampleConfig,
-    prompt: Prompt | None = None,
-    order: torch.Tensor | None = None,
+    prompt: Prompt | tuple[Prompt, ...] | None = None,
+    order=None,
     progress: bool = False,
     record: bool = False,
     choices: SamplerChoices | None = None,
 ) -> GenerationResult:
-    """Sample config.num_samples sequences of config.length tokens.
+    """Sample config.num_samples sequences, sample b of its own length with its own given tokens and seed.
 
-    `order` (optional): the positions to generate in the order to generate them, (m,) or (B, m);
-    it replaces config.order. `record` keeps every step's logits in `result.trace`. `choices`: what
-    the run runs with, as the caller's plan resolved them (None: resolved here from the config).
+    `prompt`: the given tokens of every sample, or a sequence with one Prompt per sample. `order`
+    (optional): the positions to generate in the order to generate them, (m,) or (B, m), or one per
+    sample (a name or positions); it replaces config.order. `record` keeps every step's logits in
+    `result.trace`. `choices`: what the run runs with, as the caller's plan resolved them (None: resolved
+    here from the config). Sample b's tokens depend on its own options and seed only.
     """
     args = model.model_args
-    run, prompt = _start(model, config, prompt, order, choices, speculative=False)
-    n, batch, given, device, noise = run.n, run.batch, run.given, run.device, run.noise
-    counts = step_counts(n - given, config.steps, batch, config.schedule, config.counts, run.plan)
+    run = _start(model, config, prompt, order, choices, speculative=False)
+    to_fill = (run.lengths - run.given).tolist()
+    counts = step_counts(to_fill, config.steps, config.schedule, config.counts, run.generators)
     if run.choices.graphs != "off":
-        return _generate_static(model, config, run, prompt, counts, progress, record)
+        return _generate_static(model, config, run, counts, progress, record)
 
-    run.start(model, config, prompt)
-    in_order = run.in_order
-    workspace = noise_workspace(batch * int(counts.max()), args.vocab_size, device)
+    run.start(model)
+    n, batch, device, in_order = run.n, run.batch, run.device, run.in_order
+    workspace = NoiseWorkspace()
     scratch = n  # cache slot and token column that padding writes to
-    known = torch.full((batch,), given, dtype=torch.long)
+    known = run.given.clone()
     cache_len = torch.zeros(batch, dtype=torch.long)
     pending = known + 1 - cache_len
     forward_passes, trace = 0, [] if record else None
+    steps = counts.shape[1]
 
-    bar = _progress_bar(config.steps, progress)
-    for step in range(config.steps):
+    bar = _progress_bar(steps, progress)
+    for step in range(steps):
         new = counts[:, step]
         bar.update(1)
         if int(new.max()) == 0:
@@ -265,7 +342,9 @@ def generate(
         r = torch.arange(int(new.max()))
         rows, dest = draw_slots(known, pending, new, r, int(width.max()) - 1, scratch)
         logits = run.forward(cache_len, pending, width, rows)
-        tokens = sample_tokens(logits, args.vocab_size, config.sampling, noise, workspace)
+        keys = run.keys(PARALLEL_DRAW, known[:, None] + r)
+        drawn = (r < new[:, None]).to(device)
+        tokens = sample_tokens(logits, args.vocab_size, config.sampling, keys, workspace, drawn)
         forward_passes += 1
         in_order.scatter_(1, dest.to(device), tokens)
         if record:
@@ -276,31 +355,32 @@ def generate(
     bar.close()
 
     tokens, seconds = _finish(run)
-    return GenerationResult(tokens, run.orders, given, config.steps, forward_passes, seconds, trace)
+    return GenerationResult(tokens, run.orders, run.given, run.lengths, steps, forward_passes, seconds, trace)
 
 
-def _generate_static(model, config, run, prompt, counts, progress, record) -> GenerationResult:
+def _generate_static(model, config, run, counts, progress, record) -> GenerationResult:
     """`generate` on the static decoder: the host replays one captured step per planned forward and
-    reads the device once, at the end (static.py)."""
+    reads the device once, at the end (static.py). The noise is made inside the step, from its buffers."""
     plan = plan_steps(counts, run.given)
-    run.start(model, config, prompt, plan)
+    run.start(model, plan)
     state, trace = run.static, [] if record else None
-    bar = _progress_bar(config.steps, progress)
+    steps = counts.shape[1]
+    bar = _progress_bar(steps, progress)
     done = 0
     for k, (width, rows) in enumerate(plan.shapes()):
-        noise = state.noise_view(rows)
-        noise.uniform_(generator=run.noise)  # the dynamic sampler's draw: same generator, shape and order
-        logits = state.decode(width, rows, noise, config.sampling)
+        logits = state.decode(width, rows, config.sampling)
         if record:
             trace.append(StepRecord(plan.known[:, k].clone(), plan.counts[:, k].clone(), logits.float().cpu()))
         bar.update(int(plan.step_of[k]) + 1 - done)
         done = int(plan.step_of[k]) + 1
         bar.set_postfix(forwards=k + 1, refresh=False)
-    bar.update(config.steps - done)
+    bar.update(steps - done)
     bar.refresh()
     bar.close()
     tokens, seconds = _finish(run)
-    return GenerationResult(tokens, run.orders, run.given, config.steps, plan.steps, seconds, trace)
+    return GenerationResult(
+        tokens, run.orders, run.given, run.lengths, steps, plan.steps, seconds, trace, _compile_seconds(run)
+    )
 
 
 @torch.inference_mode()
@@ -308,30 +388,32 @@ def speculative_generate(
     model: AOGPT,
     config: SampleConfig,
     draft: int | str = 4,
-    prompt: Prompt | None = None,
-    order: torch.Tensor | None = None,
+    prompt: Prompt | tuple[Prompt, ...] | None = None,
+    order=None,
     progress: bool = False,
     inspect=None,
     choices: SamplerChoices | None = None,
 ) -> tuple[GenerationResult, SpeculativeStats]:
-    """Sample config.num_samples sequences of config.length tokens from the sequential distribution,
-    exactly, in the rounds of speculative.py.
+    """Sample config.num_samples sequences from the sequential distribution, exactly, in the rounds of
+    speculative.py; per-sample prompts, orders, lengths and seeds as for `generate`.
 
     config.steps, schedule and counts do not apply (the rounds decide how many tokens each forward
     fixes). `inspect(decoder, known, cache_len, in_order, orders)` is called after every forward
     (tests check the cache there). `choices` as for `generate`.
     """
-    run, prompt = _start(model, config, prompt, order, choices, speculative=True)
+    run = _start(model, config, prompt, order, choices, speculative=True)
     draft = parse_draft(draft)
-    to_fill = run.n - run.given
-    run.start(model, config, prompt)
-    bar = _progress_bar(to_fill * run.batch, progress, unit="tok")
+    run.start(model)
+    bar = _progress_bar(int((run.lengths - run.given).sum()), progress, unit="tok")
     forwards, stats = sample_rounds(run, model.model_args.vocab_size, config.sampling, draft, bar, inspect)
     bar.refresh()  # tqdm draws at most every 0.1 s: show the total before the bar goes
     bar.close()
     tokens, seconds = _finish(run)
-    steps = max(1, min(config.steps, to_fill))  # reported as the config asked, within 1..to_fill
-    return GenerationResult(tokens, run.orders, run.given, steps, forwards, seconds), stats
+    most = int((run.lengths - run.given).max())
+    steps = most if config.steps is None else max(1, min(config.steps, most))  # as the config asked, within range
+    return GenerationResult(
+        tokens, run.orders, run.given, run.lengths, steps, forwards, seconds, None, _compile_seconds(run)
+    ), stats
 
 
 def _progress_bar(total: int, enabled: bool, unit: str = "step"):
@@ -345,13 +427,15 @@ def memory_per_sample(
 ) -> int:
     """Bytes one more sample of a batch needs while sampling (an estimate from above): its KV cache
     slots (`static`: every position of the model), the logits, noise and probability rows of the
-    widest step, and its order and token rows. The commands refuse a batch that cannot fit before any
-    work instead of swapping."""
+    widest step, and its order and token rows. `given`: the fewest tokens a sample of the batch is given.
+    The commands refuse a batch that cannot fit before any work instead of swapping."""
     to_fill = max(1, config.length - given)
     if draft is None:
-        rows = -(-to_fill // max(1, min(config.steps, to_fill)))  # tokens of the widest deterministic step
+        steps = to_fill if config.steps is None else config.steps
+        rows = -(-to_fill // max(1, min(steps, to_fill)))  # tokens of the widest deterministic step
         rows = to_fill if config.counts == "binomial" else rows
-        per_row = args.padded_vocab_size * (itemsize + 4 + 4) + args.vocab_size * 8  # logits, scores, noise
+        # logits, scores, and the noise's four buffers (noise.NoiseWorkspace)
+        per_row = args.padded_vocab_size * (itemsize + 4 + 4) + args.vocab_size * 8 * 4
         extra = 0
     else:
         rows = 2 * MAX_DRAFT  # verify rows, then the next drafts

@@ -15,10 +15,14 @@ buffers or read before the next replay, so they may replay in any order.
 Modes (options.GRAPHS, resolved by choices.py): `static` runs every call eagerly; `on` captures the eager
 step on CUDA (off CUDA it resolves to `compile`: a CPU has no graphs); `compile` compiles with inductor,
 then captures on CUDA. Compiling raises Dynamo's recompile limits process-wide (`raise_compile_limits`).
+A compile (seconds on a GPU, minutes for a large model on a CPU) is said on stderr with its time as it
+happens, and its seconds are kept apart (`compile_seconds`), so a speed is the sampling's alone.
 """
 
 from __future__ import annotations
 
+import sys
+import time
 from collections import Counter
 from collections.abc import Callable
 
@@ -52,10 +56,11 @@ def _addresses(args) -> tuple:
 class StepRunner:
     """`runner(key, *args)` runs `fn(*args)` the way the mode says and returns its output."""
 
-    def __init__(self, fn: Callable, mode: str, device: torch.device | str):
+    def __init__(self, fn: Callable, mode: str, device: torch.device | str, name: str = "step"):
         if mode not in ("static", "on", "compile"):
             raise ValueError(f"a step runner needs a static mode, got {mode!r}")
-        self.fn, self.device = fn, torch.device(device)
+        self.fn, self.device, self.name = fn, torch.device(device), name
+        self.compile_seconds = 0.0  # spent in first compiled calls (compiling, and running the step once)
         self.capture = self.device.type == "cuda" and mode in ("on", "compile")
         self.compiled = None
         if uses_inductor(mode, device):  # a graph per step shape (width bucket, rows drawn)
@@ -88,12 +93,30 @@ class StepRunner:
         call = self.calls[key]
         if call == 1 or (self.compiled is None and not self.capture):
             return self._run(self.fn, args)
-        if self.compiled is not None and (call == 2 or not self.capture):
+        if self.compiled is not None and call == 2:
+            return self._compile(key, args)
+        if self.compiled is not None and not self.capture:
             return self._run(self._compiled, args)
         return self._capture(key, self.fn if self.compiled is None else self._compiled, args)
 
     def _compiled(self, *args):
         return self.compiled(*args)
+
+    def _compile(self, key, args):
+        """The first compiled call of `key`: inductor compiles the step (and runs it once), timed and said."""
+        shape = key[:2] if isinstance(key, tuple) else key
+        started = time.perf_counter()
+        out = self._run(self._compiled, args)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        seconds = time.perf_counter() - started
+        self.compile_seconds += seconds
+        print(
+            f"compiled the {self.name} for shape {shape} with inductor in {seconds:.1f} s (not counted in tokens/s)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return out
 
     def _run(self, fn, args):
         if not self.capture:

@@ -11,7 +11,8 @@ token ids:
 Spans may not overlap and must lie inside the sampled length n. `--prompt TEXT` is the span
 {"start": 0, "text": TEXT}. The given tokens are read first (in ascending position) and never
 change; every other position is generated, in the fill order: uniformly random per sample (the MDM
-reverse process), left to right, or given by the caller (`generation_orders`).
+reverse process), left to right, or given by the caller (`sample_orders`). Each sample of a batch
+has its own given tokens, length and fill order.
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..errors import UserError
+from ..errors import UserError, flag_name
 from ..orders import L2R, RANDOM, READ_ORDERS
 
 
 @dataclass(frozen=True)
 class Prompt:
-    """Sorted, distinct positions and the token id at each; the same for every sample of a batch."""
+    """Sorted, distinct positions and the token id at each: what one sample is given (a batch takes one for
+    every sample, or one per sample: `sample_prompts`)."""
 
     positions: tuple[int, ...] = ()
     tokens: tuple[int, ...] = ()
@@ -84,12 +86,19 @@ def _is_int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def parse_infill(spec: str | dict, encode=None, builder: PromptBuilder | None = None) -> PromptBuilder:
-    """Add the spans of an infill JSON string, '@file.json', or already-parsed dict to `builder`.
+def parse_infill(
+    spec: str | dict | list, encode=None, builder: PromptBuilder | None = None, spell=flag_name
+) -> PromptBuilder:
+    """Add the spans of an infill JSON string, '@file.json', already-parsed dict, or list of spans to
+    `builder`.
 
-    `encode(text) -> list[int]` tokenizes text spans (needed only if there are any).
+    `encode(text) -> list[int]` tokenizes text spans (needed only if there are any). `spell` names the
+    option in messages as the caller wrote it (`--infill`, or the keyword `infill`).
     """
     builder = builder or PromptBuilder()
+    name = spell("infill")
+    if isinstance(spec, list):
+        spec = {"spans": spec}
     if isinstance(spec, str):
         text = spec
         if spec.startswith("@"):
@@ -97,67 +106,101 @@ def parse_infill(spec: str | dict, encode=None, builder: PromptBuilder | None = 
                 with open(os.path.expanduser(spec[1:]), encoding="utf-8") as f:
                     text = f.read()
             except OSError as e:
-                raise UserError(f"--infill file {spec[1:]!r} cannot be read ({type(e).__name__})") from None
+                raise UserError(f"{name} file {spec[1:]!r} cannot be read ({type(e).__name__})") from None
             except UnicodeDecodeError as e:
-                raise UserError(f"--infill file {spec[1:]!r} is not UTF-8 text (byte {e.start})") from None
+                raise UserError(f"{name} file {spec[1:]!r} is not UTF-8 text (byte {e.start})") from None
         try:
             spec = json.loads(text)
         except json.JSONDecodeError as e:
-            raise UserError(
-                f"--infill is not valid JSON ({e.msg} at char {e.pos}); see `aogpt sample --help`"
-            ) from None
+            raise UserError(f"{name} is not valid JSON ({e.msg} at char {e.pos}); see `aogpt sample --help`") from None
     spans = spec.get("spans") if isinstance(spec, dict) else None
     if not isinstance(spans, list) or set(spec) != {"spans"}:
-        raise UserError('--infill must be a JSON object {"spans": [{"start": INT, "text": STR | "tokens": [INT]}]}')
+        raise UserError(f'{name} must be a JSON object {{"spans": [{{"start": INT, "text": STR | "tokens": [INT]}}]}}')
     for i, span in enumerate(spans):
         if not isinstance(span, dict) or not _is_int(span.get("start")):
-            raise UserError(f"--infill span {i} needs an integer 'start'; got {span!r:.80}")
+            raise UserError(f"{name} span {i} needs an integer 'start'; got {span!r:.80}")
         keys = set(span) - {"start"}
         if keys == {"text"} and isinstance(span["text"], str):
             if encode is None:
-                raise UserError(f"--infill span {i} has text but no tokenizer is available")
+                raise UserError(f"{name} span {i} has text but no tokenizer is available")
             tokens = list(encode(span["text"]))
         elif keys == {"tokens"} and isinstance(span["tokens"], list) and all(_is_int(t) for t in span["tokens"]):
             tokens = span["tokens"]
         else:
-            raise UserError(f"--infill span {i} needs exactly one of 'text' (string) or 'tokens' (list of ints)")
+            raise UserError(f"{name} span {i} needs exactly one of 'text' (string) or 'tokens' (list of ints)")
         if not tokens:
-            raise UserError(f"--infill span {i} is empty")
+            raise UserError(f"{name} span {i} is empty")
         builder.add(span["start"], tokens)
     return builder
 
 
-# ---- generation orders -----------------------------------------------------------------------
-def fill_orders(
-    free: torch.Tensor, batch: int, order: str | torch.Tensor = "random", generator: torch.Generator | None = None
-) -> torch.Tensor:
-    """(batch, len(free)): the free positions in the order they are generated."""
+def is_span_list(value) -> bool:
+    """Whether `value` is one infill given as its list of spans (each a dict with a 'start'), not a list of
+    infills with one per sample."""
+    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) and "start" in v for v in value)
+
+
+# ---- per-sample given tokens and generation orders -------------------------------------------
+def sample_prompts(prompt: Prompt | list[Prompt] | tuple[Prompt, ...] | None, batch: int) -> tuple[Prompt, ...]:
+    """One Prompt per sample: `prompt` for every sample, or a sequence with one per sample."""
+    if prompt is None or isinstance(prompt, Prompt):
+        return (prompt or Prompt(),) * batch
+    prompts = tuple(p or Prompt() for p in prompt)
+    if len(prompts) != batch:
+        raise UserError(f"prompt has {len(prompts)} items for {batch} samples; allowed: one, or one per sample")
+    return prompts
+
+
+def order_specs(order: str | torch.Tensor | list | tuple, batch: int) -> tuple:
+    """One fill order per sample: a name (`random`, `l2r`) or a 1-D tensor of positions. `order` is a name
+    or a tensor, (m,) for every sample or (batch, m), or a sequence with one per sample (each a name, a
+    tensor or a list of positions)."""
+    if isinstance(order, str):
+        return (order,) * batch
+    if isinstance(order, torch.Tensor):
+        if order.dim() == 1:
+            return (order,) * batch
+        if order.dim() == 2 and order.shape[0] == batch:
+            return tuple(order.unbind(0))
+        raise UserError(f"order has shape {tuple(order.shape)}; allowed: (m,) or ({batch}, m), or one order per sample")
+    specs = tuple(o if isinstance(o, (str, torch.Tensor)) else torch.as_tensor(o, dtype=torch.long) for o in order)
+    if len(specs) != batch:
+        raise UserError(f"order has {len(specs)} items for {batch} samples; allowed: one, or one per sample")
+    return specs
+
+
+def fill_order(free: torch.Tensor, order: str | torch.Tensor, generator: torch.Generator | None = None, sample=None):
+    """(m,): the free positions of one sample in the order they are generated (a name, or the caller's
+    permutation of them, checked). `sample`: its index, named in errors of a batch."""
     m = free.numel()
+    of = "" if sample is None else f" (sample {sample})"
     if isinstance(order, torch.Tensor):
         given = order.long().cpu()
-        if given.dim() == 1:
-            given = given.expand(batch, -1)
-        if given.shape != (batch, m):
-            raise UserError(f"order has shape {tuple(order.shape)}; allowed: ({m},) or ({batch}, {m})")
-        if not torch.equal(given.sort(dim=1).values, free.expand(batch, m)):
-            raise UserError("order must list each position to generate exactly once (a permutation of them)")
+        if given.shape != (m,):
+            raise UserError(f"order has shape {tuple(order.shape)}{of}; allowed: ({m},), one per position to generate")
+        if not torch.equal(given.sort().values, free):
+            raise UserError(f"order must list each position to generate exactly once (a permutation of them){of}")
         return given.clone()
     if order == L2R:
-        return free.expand(batch, m).clone()
+        return free.clone()
     if order == RANDOM:
-        return torch.stack([free[torch.randperm(m, generator=generator)] for _ in range(batch)])
+        return free[torch.randperm(m, generator=generator)]
     raise UserError(f"order={order!r} is not supported; allowed: {', '.join(READ_ORDERS)} or a tensor of positions")
 
 
-def generation_orders(
+def sample_orders(
     length: int,
-    batch: int,
-    prompt: Prompt | None = None,
-    order: str | torch.Tensor = "random",
-    generator: torch.Generator | None = None,
+    lengths: tuple[int, ...],
+    prompts: tuple[Prompt, ...],
+    orders: tuple,
+    generators: list[torch.Generator] | None = None,
 ) -> torch.Tensor:
-    """(batch, length) permutations: prompt positions first, then the fill order."""
-    prompt = prompt or Prompt()
-    given = torch.tensor(prompt.positions, dtype=torch.long).expand(batch, len(prompt))
-    filled = fill_orders(prompt.free_positions(length), batch, order, generator)
-    return torch.cat([given, filled], dim=1)
+    """(B, length) permutations of 0..length-1, one per sample: its given positions first (ascending), then
+    its free positions below lengths[b] in its fill order (orders[b], random ones drawn with generators[b]),
+    then the positions past its length, which it never reaches."""
+    rows = []
+    for b, (n_b, prompt, spec) in enumerate(zip(lengths, prompts, orders, strict=True)):
+        free = prompt.free_positions(n_b)
+        filled = fill_order(free, spec, None if generators is None else generators[b], b if len(lengths) > 1 else None)
+        rows.append(torch.cat([torch.tensor(prompt.positions, dtype=torch.long), filled, torch.arange(n_b, length)]))
+    return torch.stack(rows)

@@ -5,22 +5,29 @@
     plan = request.plan(model.model_args, tokenizer.encode, device, dtype)   # every value checked, no weights
     samples = run_plan(model, plan, tokenizer.decode)          # tokens (B, n) and their texts
 
+A batch's samples may each ask for something else: `prompt`, `infill`, `length`, `order` and `seed` take
+one value for every sample or a list with one per sample (`from_requests` builds such a request from
+request objects, a requests file's lines), and a sample's tokens depend on its own options and seed
+only. The other options (steps, schedule, counts, temperature, top_p, top_k) are the batch's.
+
 `plan` checks every option against the model's args (positions, vocabulary), turns text spans into
 token ids and decides, once, what the run runs with on `device` (choices.py: how each step runs, the
 attention, the Linear kernel, the parallel or the speculative sampler), before any weight is read;
 `run_plan` runs that sampler (`generate` or `speculative_generate`) with those choices. A new sampler
 option is one field here: the commands read it off their flags (`from_args`), the API takes it as a
-keyword.
+keyword. A bad value is one UserError that names the option as the caller spells it (`spell`: a flag
+for the commands, the keyword for the API) and carries the option's name (`UserError.field`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..errors import UserError
+from ..errors import UserError, flag_name
 
 if TYPE_CHECKING:
     import torch
@@ -30,30 +37,99 @@ if TYPE_CHECKING:
     from .generation import GenerationResult, SampleConfig
     from .prompt import Prompt
 
+PER_SAMPLE = ("prompt", "infill", "seed", "length", "order")  # may differ between the samples of one batch
+PER_RUN = ("steps", "schedule", "counts", "temperature", "top_p", "top_k")  # one value per batch
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_tensor(value) -> bool:
+    return type(value).__name__ == "Tensor" and type(value).__module__.startswith("torch")
+
+
+def _one_or_list(check: Callable) -> Callable:
+    """One value that passes `check`, or a list of them (one per sample; None: that sample's default)."""
+    return lambda v: check(v) or (isinstance(v, list) and all(x is None or check(x) for x in v))
+
+
+def _order_item(value) -> bool:
+    return isinstance(value, str) or _is_tensor(value) or (isinstance(value, list) and all(_is_int(x) for x in value))
+
+
+# what each field takes from Python, and how an error says it
+TYPES: dict[str, tuple[Callable, str]] = {
+    "num_samples": (lambda v: v is None or _is_int(v), "an integer"),
+    "length": (lambda v: v is None or _one_or_list(_is_int)(v), "an integer, or a list of integers (one per sample)"),
+    "steps": (lambda v: v is None or _is_int(v), "an integer"),
+    "order": (
+        lambda v: _order_item(v) or (isinstance(v, list) and all(x is None or _order_item(x) for x in v)),
+        "random, l2r, a tensor of positions, or a list with one per sample",
+    ),
+    "schedule": (lambda v: v is None or isinstance(v, str), "a string"),
+    "counts": (lambda v: v is None or isinstance(v, str), "a string"),
+    "temperature": (_is_number, "a number"),
+    "top_p": (_is_number, "a number"),
+    "top_k": (lambda v: v is None or _is_int(v), "an integer"),
+    "prompt": (
+        lambda v: v is None or _one_or_list(lambda x: isinstance(x, str))(v),
+        "a string, or a list of strings (one per sample)",
+    ),  # fmt: skip
+    "infill": (
+        lambda v: v is None or isinstance(v, (str, dict, list)),
+        "a JSON string, '@FILE', a dict or list of spans, or a list with one per sample",
+    ),
+    "speculative": (lambda v: v is None or _is_int(v) or isinstance(v, str), "a draft size (an integer) or auto"),
+    "seed": (
+        lambda v: _is_int(v) or (isinstance(v, list) and all(_is_int(x) for x in v)),
+        "an integer, or a list of integers (one per sample)",
+    ),  # fmt: skip
+    "backend": (lambda v: isinstance(v, str), "a string"),
+    "graphs": (lambda v: isinstance(v, str), "a string"),
+}
+
+
+@contextlib.contextmanager
+def about(name: str):
+    """A UserError raised inside without a field is about option `name`."""
+    try:
+        yield
+    except UserError as e:
+        if e.field is None:
+            e.field = name
+        raise
+
 
 @dataclass
 class SampleRequest:
     """What a caller asks the sampler for; None means "not given" (the default applies).
 
-    length None: all the model's positions; steps None: one step per generated token; schedule and
-    counts None: SampleConfig's defaults (and `speculative` refuses them when given). `order` is
-    `random`, `l2r`, or (Python only) a tensor of the positions to generate, (m,) or (B, m), in the
-    order to generate them. `infill` is the JSON of `aogpt sample --infill` (a string, '@FILE', or the
-    parsed dict; see sampler/prompt.py)."""
+    num_samples None: one per item of the per-sample lists (else 1). length None: all the model's
+    positions; steps None: one step per generated token (of each sample); schedule and counts None:
+    SampleConfig's defaults (and `speculative` refuses them when given). `order` is `random`, `l2r`, or
+    (Python only) a tensor of the positions to generate, (m,) or (B, m), in the order to generate them.
+    `infill` is the JSON of `aogpt sample --infill` (a string, '@FILE', the parsed dict, or its list of
+    spans; see sampler/prompt.py). `seed`: sample i's is seed + i, or one per sample in a list.
+    PER_SAMPLE fields take one value or a list with one per sample (None items: that sample's default)."""
 
-    num_samples: int = 1
-    length: int | None = None
+    num_samples: int | None = None
+    length: int | list | None = None
     steps: int | None = None
-    order: str | torch.Tensor = "random"
+    order: str | torch.Tensor | list = "random"
     schedule: str | None = None
     counts: str | None = None
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int | None = None
-    prompt: str | None = None
-    infill: str | dict | None = None
+    prompt: str | list | None = None
+    infill: str | dict | list | None = None
     speculative: int | str | None = None
-    seed: int = 0
+    seed: int | list = 0
     backend: str = "auto"
     graphs: str = "auto"
 
@@ -66,81 +142,196 @@ class SampleRequest:
         read = {field: getattr(args, name) for field, name in names.items() if hasattr(args, name)}
         return cls(**(read | given))
 
+    @classmethod
+    def from_requests(cls, items: list[dict], **given) -> SampleRequest:
+        """One batch from request objects (a requests file's lines: per-sample fields and run options):
+        each per-sample field a list with one value per item (None where an item leaves it out); a run
+        option every item gives must be the same in all of them. `given` fills the rest (a seed s gives
+        item i without its own seed s + i)."""
+        request = cls(**given)
+        base_seed = request.seed if _is_int(request.seed) else 0
+        for name in PER_RUN:
+            values = {repr(item[name]) for item in items if item.get(name) is not None}
+            if len(values) > 1:
+                raise UserError(
+                    f"the requests differ in {name} ({', '.join(sorted(values))}); one batch runs one value: "
+                    "give it as an option, or sample them in separate calls",
+                    name,
+                )
+            if values:
+                setattr(request, name, next(item[name] for item in items if item.get(name) is not None))
+        for name in PER_SAMPLE:
+            values = [item.get(name) for item in items]
+            if name == "seed":
+                values = [base_seed + i if v is None else v for i, v in enumerate(values)]
+            if any(v is not None for v in values):
+                setattr(request, name, values)
+        request.num_samples = len(items)
+        return request
+
     def plan(
         self,
         model_args: AOGPTModelArgs,
         encode: Callable[[str], list[int]] | None,
         device: torch.device | str,
         dtype: torch.dtype,
+        spell: Callable[[str], str] = flag_name,
     ) -> SamplePlan:
         """The checked run for a model with `model_args` whose weights will be `dtype` on `device`;
-        `encode` tokenizes prompt text (called only when there is some). Raises UserError naming the
-        first bad value; reads no weights."""
+        `encode` tokenizes prompt text (called only when there is some); `spell` names an option in
+        messages as the caller writes it. Raises UserError naming the first bad value; reads no weights."""
         import torch
 
         from .choices import resolve_choices
         from .generation import SampleConfig
+        from .prompt import order_specs, sample_orders, sample_prompts
         from .sampling import SamplingParams
         from .speculative import check_sampling_flags
 
-        draft = check_sampling_flags(self.speculative, self.steps, self.schedule, self.counts)
-        length = model_args.max_seq_len if self.length is None else self.length
-        prompt = self._prompt(encode)
-        steps = self.steps if self.steps is not None else length - len(prompt)
+        self._check_types(spell)
+        draft = check_sampling_flags(self.speculative, self.steps, self.schedule, self.counts, spell=spell)
+        batch = self._batch_size(spell)
+        # one length and one prompt for every sample unless a list gives one per sample (made once, not B times)
+        ragged = any(self._listed(name) is not None for name in ("prompt", "infill", "length"))
+        rows = range(batch if ragged else 1)
+        with about("length"):
+            lengths = tuple(model_args.max_seq_len if n is None else n for n in (self._item("length", b) for b in rows))
+            for n_b in lengths:
+                if not 1 <= n_b <= model_args.max_seq_len:
+                    raise UserError(
+                        f"length={n_b} is outside the model's positions; allowed: 1..{model_args.max_seq_len}"
+                    )
+        prompts = tuple(self._prompt(b, lengths[b], encode, model_args.vocab_size, spell) for b in rows)
+        seeds = tuple(self._per_sample("seed", batch)) if isinstance(self.seed, list) else None
+        orders = self.order if isinstance(self.order, (str, torch.Tensor)) else self._per_sample("order", batch)
+        named = orders if isinstance(orders, str) else "random"
+        if isinstance(orders, list):
+            orders = [named if o is None else o for o in orders]
         given = {"schedule": self.schedule, "counts": self.counts}  # left out: SampleConfig's defaults
-        tensor_order = self.order if isinstance(self.order, torch.Tensor) else None
         config = SampleConfig(
-            length=length,
-            steps=steps,
-            num_samples=self.num_samples,
-            order="random" if tensor_order is not None else self.order,
+            length=max(lengths),
+            steps=self.steps,
+            num_samples=batch,
+            order=named,
             sampling=SamplingParams(self.temperature, self.top_p, self.top_k),
-            seed=self.seed,
+            seed=self.seed if seeds is None else seeds[0],
             backend=self.backend,
             graphs=self.graphs,
+            lengths=lengths if ragged and len(set(lengths)) > 1 else None,
+            seeds=seeds,
             **{k: v for k, v in given.items() if v is not None},
         )
-        config.validate(model_args.max_seq_len, prompt, model_args.vocab_size, speculative=draft is not None)
+        prompts = prompts if ragged else prompts[0]
+        config.validate(model_args.max_seq_len, prompts, model_args.vocab_size, speculative=draft is not None)
         choices = resolve_choices(
             config.graphs, config.backend, config.linears, device, dtype, model_args.head_dim, draft is not None
         )
-        if tensor_order is not None:  # checked here, before any weight is used
-            from .prompt import fill_orders
+        order = None if isinstance(orders, str) else orders
+        if order is not None:  # checked here, before any weight is used
+            with about("order"):
+                sample_orders(
+                    config.length, config.sample_lengths(), sample_prompts(prompts, batch), order_specs(order, batch)
+                )
+        return SamplePlan(config, prompts, choices, draft, order)
 
-            fill_orders(prompt.free_positions(length), config.num_samples, tensor_order)
-        return SamplePlan(config, prompt, choices, draft, tensor_order)
+    def _check_types(self, spell: Callable[[str], str]) -> None:
+        """Each option's type, before its value is looked at: `length='8'` is refused here, naming what it takes."""
+        for name, (check, allowed) in TYPES.items():
+            value = getattr(self, name)
+            if not check(value):
+                shown = f"{value!r:.60}" if not _is_tensor(value) else f"tensor of shape {tuple(value.shape)}"
+                raise UserError(f"{spell(name)} {shown} is a {type(value).__name__}; allowed: {allowed}", name)
 
-    def _prompt(self, encode: Callable[[str], list[int]]) -> Prompt:
-        """The given tokens of `prompt` (at position 0) and `infill`."""
+    def _batch_size(self, spell: Callable[[str], str]) -> int:
+        """num_samples, or the length of the per-sample lists (which must agree)."""
+        sizes = {name: len(v) for name in PER_SAMPLE if isinstance(v := self._listed(name), list)}
+        if self.num_samples is not None and self.num_samples < 1:
+            raise UserError(f"num_samples={self.num_samples} must be >= 1", "num_samples")
+        expected = self.num_samples if self.num_samples is not None else next(iter(sizes.values()), 1)
+        for name, size in sizes.items():
+            if size != expected:
+                what = f"{spell('num_samples')} {expected}" if self.num_samples is not None else "the other lists"
+                raise UserError(
+                    f"{spell(name)} has {size} items and {what} {expected} samples; allowed: one value, or one per sample",
+                    name,
+                )
+        return expected
+
+    def _listed(self, name: str):
+        """The field's per-sample list, or None when it holds one value (an infill's own list of spans is one)."""
+        from .prompt import is_span_list
+
+        value = getattr(self, name)
+        if not isinstance(value, list) or (name == "infill" and is_span_list(value)):
+            return None
+        if name == "order" and value and all(_is_int(x) for x in value):
+            return None  # one order, given as a list of positions
+        return value
+
+    def _per_sample(self, name: str, batch: int) -> list:
+        return [self._item(name, b) for b in range(batch)]
+
+    def _item(self, name: str, b: int):
+        """Sample b's value of per-sample field `name`."""
+        listed = self._listed(name)
+        return listed[b] if listed is not None else getattr(self, name)
+
+    def _prompt(self, b: int, length: int, encode, vocab_size: int, spell: Callable[[str], str]) -> Prompt:
+        """Sample b's given tokens: its `prompt` (at position 0) and `infill` spans, checked against its length."""
         from .prompt import PromptBuilder, parse_infill
 
         builder = PromptBuilder()
-        if self.prompt is not None:
-            if not self.prompt:
-                raise UserError("--prompt is empty; leave it out to sample unconditionally")
-            builder.add(0, encode(self.prompt))
-        if self.infill is not None:
-            parse_infill(self.infill, encode, builder)
-        return builder.build()
+        prompt, infill = self._item("prompt", b), self._item("infill", b)
+        of = f" (sample {b})" if any(isinstance(self._listed(n), list) for n in ("prompt", "infill")) else ""
+        with about("prompt"):
+            if prompt is not None:
+                if not prompt:
+                    raise UserError(f"{spell('prompt')} is empty{of}; leave it out to sample unconditionally")
+                tokens = encode(prompt)
+                if len(tokens) >= length:
+                    raise UserError(
+                        f"{spell('prompt')} has {len(tokens)} tokens{of}, and length={length} leaves no position "
+                        f"to generate; allowed: a prompt of at most {length - 1} tokens, or a longer length"
+                    )
+                builder.add(0, tokens)
+        with about("infill"):
+            if infill is not None:
+                parse_infill(infill, encode, builder, spell)
+        given = builder.build()
+        with about("infill" if infill is not None else "prompt"):
+            given.validate(length, vocab_size)
+            if len(given) >= length:
+                raise UserError(f"all {length} positions are given{of}; nothing is left to generate")
+        return given
 
 
 @dataclass
 class SamplePlan:
-    """A checked sampling run: the sampler's config, the given tokens, what the run runs with (resolved
-    once), the speculative draft size (None: the parallel sampler) and a tensor fill order (None:
+    """A checked sampling run: the sampler's config, the given tokens (one Prompt for every sample, or a
+    tuple with one per sample), what the run runs with (resolved once), the speculative draft size (None:
+    the parallel sampler) and the fill orders when not a name (a tensor, or one per sample; None:
     config.order)."""
 
     config: SampleConfig
-    prompt: Prompt
+    prompts: Prompt | tuple[Prompt, ...]
     choices: SamplerChoices
     draft: int | str | None = None
-    order: torch.Tensor | None = None
+    order: torch.Tensor | list | None = None
+
+    def prompt_of(self, b: int) -> Prompt:
+        """Sample b's given tokens."""
+        return self.prompts[b] if isinstance(self.prompts, tuple) else self.prompts
+
+    def fewest_given(self) -> int:
+        """The fewest tokens a sample of the batch is given (the memory estimate's worst case)."""
+        return min(len(p) for p in self.prompts) if isinstance(self.prompts, tuple) else len(self.prompts)
 
 
 @dataclass
 class Samples:
-    """What a run drew: `tokens` (B, n) in position order on the CPU, their `texts`, the sampler's
-    result (orders, steps, forward passes, time) and, for a speculative run, its statistics."""
+    """What a run drew: `tokens` (B, n) in position order on the CPU (-1 past a sample's length when the
+    samples' lengths differ), their `texts`, the sampler's result (orders, steps, forward passes, time)
+    and, for a speculative run, its statistics."""
 
     tokens: torch.Tensor
     texts: list[str]
@@ -150,18 +341,18 @@ class Samples:
 
 def run_plan(model: AOGPT, plan: SamplePlan, decode: Callable[[list[int]], str], progress: bool = False) -> Samples:
     """Sample `plan` with `model` (its weights on the device and dtype it was planned for) and decode every
-    row with `decode`."""
+    row (its own length) with `decode`."""
     from .choices import SPECULATIVE
     from .generation import generate, speculative_generate
 
     config, choices, speculative = plan.config, plan.choices, {}
     if choices.sampler == SPECULATIVE:
         result, stats = speculative_generate(
-            model, config, plan.draft, plan.prompt, order=plan.order, progress=progress, choices=choices
+            model, config, plan.draft, plan.prompts, order=plan.order, progress=progress, choices=choices
         )
-        generated = config.length - len(plan.prompt)  # per sample; a forward serves the whole batch
+        generated = result.generated_tokens / config.num_samples  # per sample; a forward serves the whole batch
         speculative = {"speculative": plan.draft, **stats.as_dict(generated, result.forward_passes)}
     else:
-        result = generate(model, config, plan.prompt, order=plan.order, progress=progress, choices=choices)
-    texts = [decode(row) for row in result.tokens.tolist()]
+        result = generate(model, config, plan.prompts, order=plan.order, progress=progress, choices=choices)
+    texts = [decode(result.sample_tokens(b)) for b in range(config.num_samples)]
     return Samples(result.tokens, texts, result, speculative)

@@ -4,7 +4,9 @@ Which token: temperature, top-k, top-p, then a float64 Gumbel-max draw. Everythi
 Zheng et al. (cited in paper §4.3) showed that float32 Gumbel noise truncates the tail of the noise
 distribution and lowers the effective temperature; argmax of float64 logits plus float64 Gumbel noise
 is an exact categorical draw up to 2^-53 effects. Padded vocabulary rows (ids >= vocab_size) are
-never sampled.
+never sampled. The uniforms of a row are counter-based (noise.py): a hash of its sample's seed, the
+draw and the position it unmasks, so a sample's tokens never depend on its batch neighbours, the batch
+size or how the step runs.
 
 How many positions (paper §4.3, Eq. 5, Lemma 4.1): a time grid t_0 = 1 > t_1 > ... > t_T = 0
 (linear, or the authors' cosine f(t) = cos((1 - t) pi / 2) applied to linspace(1, 0, T + 1)) is
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import UserError
+from .noise import NoiseWorkspace, counter_uniforms
 from .options import COUNTS, SCHEDULES
 
 
@@ -39,11 +42,11 @@ class SamplingParams:
 
     def validate(self) -> SamplingParams:
         if not self.temperature > 0 or self.temperature == float("inf"):
-            raise UserError(f"temperature={self.temperature} must be a finite number > 0")
+            raise UserError(f"temperature={self.temperature} must be a finite number > 0", "temperature")
         if not 0.0 < self.top_p <= 1.0:
-            raise UserError(f"top_p={self.top_p} is outside the allowed range (0, 1]")
+            raise UserError(f"top_p={self.top_p} is outside the allowed range (0, 1]", "top_p")
         if self.top_k is not None and self.top_k < 1:
-            raise UserError(f"top_k={self.top_k} must be >= 1 (leave it unset to keep all tokens)")
+            raise UserError(f"top_k={self.top_k} must be >= 1 (leave it unset to keep all tokens)", "top_k")
         return self
 
 
@@ -73,45 +76,47 @@ def filtered_scores(logits: torch.Tensor, vocab_size: int, params: SamplingParam
     return scores
 
 
-def gumbel_argmax(
-    scores: torch.Tensor, generator: torch.Generator | None = None, workspace: torch.Tensor | None = None
-) -> torch.Tensor:
-    """One categorical draw per row of softmax(scores): argmax(scores + Gumbel) with float64 noise.
-
-    u in [0, 1) gives -log(-log u) in [-inf, +inf): no NaN even for -inf scores. The noise is made
-    in place, in `workspace` (a flat float64 tensor of at least scores.numel() elements) when given:
-    a decode loop then reuses one buffer instead of faulting in fresh pages for every draw (on CPU
-    that is a large part of a wide draw's cost). The draws are the same either way.
-    """
-    if workspace is None:
-        noise = torch.empty(scores.shape, dtype=torch.float64, device=scores.device)
-    else:
-        noise = workspace[: scores.numel()].view(scores.shape)
-    noise.uniform_(generator=generator)
-    return gumbel_max(scores, noise)
+def gumbel_argmax(scores: torch.Tensor, keys: torch.Tensor, workspace: NoiseWorkspace | None = None) -> torch.Tensor:
+    """One categorical draw per row of softmax(scores): argmax(scores + Gumbel) with the row's float64
+    counter noise (noise.py; `keys` (*scores.shape[:-1], 2) from `row_keys`: its sample's seed, the draw
+    and the position). u in (0, 1) gives finite Gumbel noise, so -inf scores are never drawn. `workspace`:
+    the noise's fixed buffers (eager callers); the draws are the same without."""
+    return gumbel_max(scores, counter_uniforms(keys, scores.shape[-1], workspace))
 
 
 def gumbel_max(scores: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
-    """argmax(scores + Gumbel) from uniforms in [0, 1) of the same shape, drawn beforehand (they are
-    overwritten with the noise). Split from the draw so that a captured decode step can take noise
-    drawn outside it: the draw, and so every sample of a seed, stays the same."""
+    """argmax(scores + Gumbel) from uniforms in (0, 1) of the same shape (they are overwritten with the
+    noise, in place: no buffer of the draw's size is allocated)."""
     return uniform.log_().neg_().log_().neg_().add_(scores).argmax(dim=-1)
+
+
+# rows of one draw of the dynamic sampler: its float64 scores and noise buffers stay this many vocabulary rows
+DRAW_CHUNK = 32
 
 
 def sample_tokens(
     logits: torch.Tensor,
     vocab_size: int,
     params: SamplingParams,
-    generator: torch.Generator | None = None,
-    workspace: torch.Tensor | None = None,
+    keys: torch.Tensor,
+    workspace: NoiseWorkspace | None = None,
+    drawn: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Token ids (logits.shape[:-1]) drawn from the filtered, tempered distribution."""
-    return gumbel_argmax(filtered_scores(logits, vocab_size, params), generator, workspace)
-
-
-def noise_workspace(rows: int, vocab_size: int, device: torch.device | str) -> torch.Tensor:
-    """The flat float64 buffer `gumbel_argmax` draws into for up to `rows` tokens at a time."""
-    return torch.empty(rows * vocab_size, dtype=torch.float64, device=device)
+    """Token ids (logits.shape[:-1]) drawn from the filtered, tempered distribution with each row's counter
+    noise (`gumbel_argmax`). `drawn` (a bool mask of logits.shape[:-1]): only those rows are drawn, DRAW_CHUNK
+    at a time (the others are 0): a ragged step pays for its real rows only, in bounded memory. A row's
+    token is the same either way."""
+    if drawn is None:
+        return gumbel_argmax(filtered_scores(logits, vocab_size, params), keys, workspace)
+    tokens = torch.zeros(drawn.shape, dtype=torch.long, device=logits.device)
+    where = drawn.nonzero(as_tuple=True)
+    rows, row_keys = logits[where], keys[where]
+    for start in range(0, rows.shape[0], DRAW_CHUNK):
+        part = slice(start, start + DRAW_CHUNK)
+        scores = filtered_scores(rows[part], vocab_size, params)
+        drawn_tokens = gumbel_argmax(scores, row_keys[part], workspace)
+        tokens[tuple(w[part] for w in where)] = drawn_tokens
+    return tokens
 
 
 # -- how many positions each of the T steps unmasks --
@@ -163,16 +168,26 @@ def binomial_counts(
 
 
 def step_counts(
-    num_tokens: int,
-    steps: int,
-    batch: int,
+    to_fill: list[int],
+    steps: int | None,
     schedule: str = "linear",
     counts: str = "deterministic",
-    generator: torch.Generator | None = None,
+    generators: list[torch.Generator] | None = None,
 ) -> torch.Tensor:
-    """(batch, T) tokens each sample unmasks at each step."""
-    if counts == "deterministic":
-        return deterministic_counts(num_tokens, steps, schedule).expand(batch, steps).clone()
-    if counts == "binomial":
-        return binomial_counts(num_tokens, steps, batch, schedule, generator)
-    raise UserError(f"counts={counts!r} is not supported; allowed: {', '.join(COUNTS)}")
+    """(B, T) tokens each sample unmasks at each step: sample b spreads its own to_fill[b] positions over
+    `steps` steps (None: one step per position, to_fill[b] steps), its binomial counts drawn with its own
+    generator, so a sample's counts never depend on the batch. Rows with fewer steps end in 0s."""
+    if counts not in COUNTS:
+        raise UserError(f"counts={counts!r} is not supported; allowed: {', '.join(COUNTS)}")
+    rows = []
+    for b, num_tokens in enumerate(to_fill):
+        row_steps = num_tokens if steps is None else steps
+        if counts == "deterministic":
+            rows.append(deterministic_counts(num_tokens, row_steps, schedule))
+        else:
+            generator = None if generators is None else generators[b]
+            rows.append(binomial_counts(num_tokens, row_steps, 1, schedule, generator)[0])
+    out = torch.zeros(len(rows), max(len(r) for r in rows), dtype=torch.long)
+    for b, row in enumerate(rows):
+        out[b, : len(row)] = row
+    return out

@@ -21,28 +21,29 @@ would verify nothing is skipped, so forward passes never exceed generated tokens
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
-from ..errors import UserError
+from ..errors import UserError, flag_name
+from .noise import ACCEPT, CORRECTION, DRAFT, counter_uniforms, speculative_step
 from .sampling import filtered_scores, gumbel_argmax
 
 MAX_DRAFT = 16
 
 
-def parse_draft(value: str | int) -> int | str:
-    """`--speculative K` (K >= 1) or `auto`."""
+def parse_draft(value: str | int, spell: Callable[[str], str] = flag_name) -> int | str:
+    """`--speculative K` (K >= 1) or `auto` (`spell`: how the caller names the option)."""
     if value == "auto":
         return "auto"
+    allowed = f"allowed: a draft size 1..{MAX_DRAFT} or auto"
     try:
         k = int(value)
     except (TypeError, ValueError):
-        raise UserError(
-            f"--speculative {value!r} is not allowed; allowed: a draft size 1..{MAX_DRAFT} or auto"
-        ) from None
+        raise UserError(f"{spell('speculative')} {value!r} is not allowed; {allowed}", "speculative") from None
     if not 1 <= k <= MAX_DRAFT:
-        raise UserError(f"--speculative {k} is not allowed; allowed: a draft size 1..{MAX_DRAFT} or auto")
+        raise UserError(f"{spell('speculative')} {k} is not allowed; {allowed}", "speculative")
     return k
 
 
@@ -52,17 +53,20 @@ def check_sampling_flags(
     schedule: str | None = None,
     counts: str | None = None,
     distribution: str = "the T=N distribution",
+    spell: Callable[[str], str] = flag_name,
 ) -> int | str | None:
-    """The one rule of which sampler flags combine (every command calls it; None = a flag not given):
-    --speculative samples the sequential distribution in rounds it sizes itself, so the flags that
-    spread a parallel run over T steps (--steps, --schedule, --counts) do not apply with it.
-    Returns the parsed draft size (None without --speculative)."""
+    """The one rule of which sampler options combine (every command and the API call it; None = an option
+    not given; `spell`: how the caller names them, a flag or a keyword): speculative sampling samples the
+    sequential distribution in rounds it sizes itself, so the options that spread a parallel run over T
+    steps (steps, schedule, counts) do not apply with it. Returns the parsed draft size (None without it)."""
     if draft is None:
         return None
-    draft = parse_draft(draft)
-    for flag, value in (("--steps", steps), ("--schedule", schedule), ("--counts", counts)):
+    draft = parse_draft(draft, spell)
+    for name, value in (("steps", steps), ("schedule", schedule), ("counts", counts)):
         if value is not None:
-            raise UserError(f"{flag} does not apply with --speculative (it samples {distribution}); drop it")
+            raise UserError(
+                f"{spell(name)} does not apply with {spell('speculative')} (it samples {distribution}); drop it", name
+            )
     return draft
 
 
@@ -73,7 +77,7 @@ class SpeculativeStats:
     tokens_per_forward: list[list[int]] = field(default_factory=list)  # per forward, per sample
     drafts_checked: int = 0  # drafts j >= 1 put to the accept test
     drafts_accepted: int = 0
-    draft_sizes: list[int] = field(default_factory=list)  # k of each forward (auto adapts it)
+    draft_sizes: list[int] = field(default_factory=list)  # the k of each forward, per sample (auto adapts it)
 
     @property
     def acceptance_rate(self) -> float:
@@ -89,27 +93,39 @@ class SpeculativeStats:
         }
 
 
-def auto_draft_size(rate: float) -> int:
+def auto_draft_size(rate):
     """The draft size whose expected accepted run, (1 - r^k) / (1 - r), is worth its rows: about the
-    expected run length 1 / (1 - r), capped."""
+    expected run length 1 / (1 - r), capped. `rate`: a float, or a tensor of per-sample rates."""
+    if isinstance(rate, torch.Tensor):
+        return (1.0 / (1.0 - rate).clamp(min=1e-3)).round().long().clamp(2, MAX_DRAFT)
     return max(2, min(MAX_DRAFT, round(1.0 / max(1.0 - rate, 1e-3))))
 
 
 def sample_rounds(run, vocab_size: int, sampling, draft: int | str, bar, inspect=None) -> tuple[int, SpeculativeStats]:
-    """The rounds of a started run (generation.speculative_generate sets it up: its orders, noise stream,
+    """The rounds of a started run (generation.speculative_generate sets it up: its orders, noise keys,
     cache and token table, `run.forward` the cached forward of a geometry decided here) until every
-    sample is complete; (forward passes, statistics). `draft`: the parsed draft size (`parse_draft`)."""
-    n, batch, given, device, noise = run.n, run.batch, run.given, run.device, run.noise
+    sample is complete; (forward passes, statistics). `draft`: the parsed draft size (`parse_draft`).
+
+    Every draw of a sample is keyed by its own round (noise.speculative_step) and position, and `auto`
+    sizes each sample's drafts from its own acceptance so far: a sample's rounds, and so its tokens, do
+    not depend on the other samples of the batch."""
+    n, batch, device = run.n, run.batch, run.device
     decoder, in_order, order_dev = run.decoder, run.in_order, run.order_dev  # in_order: known, then drafts
-    known = torch.full((batch,), given, dtype=torch.long)
+    lengths = run.lengths
+    known = run.given.clone()
     cache_len = torch.zeros(batch, dtype=torch.long)
     in_flight = torch.zeros(batch, dtype=torch.long)  # drafts at order indices known .. known + in_flight - 1
+    rounds = torch.zeros(batch, dtype=torch.long)  # forwards each sample took part in
+    checked, accepted = torch.zeros(batch, dtype=torch.long), torch.zeros(batch, dtype=torch.long)
     draft_probs = torch.zeros(batch, MAX_DRAFT, vocab_size, dtype=torch.float64, device=device)  # p_j
     stats, forwards = SpeculativeStats(), 0
 
-    while bool((known < n).any()):
-        k = draft if isinstance(draft, int) else auto_draft_size(stats.acceptance_rate)
-        left = n - known
+    while bool((known < lengths).any()):
+        if isinstance(draft, int):
+            k = torch.full((batch,), draft, dtype=torch.long)
+        else:  # per sample, from its own accept tests (one of each assumed up front)
+            k = auto_draft_size((accepted + 1).double() / (checked + 2).double())
+        left = lengths - known
         # a last forward that would verify nothing (one exact draft left) is skipped: accept it
         done_by_draft = (in_flight == 1) & (left == 1)
         known = known + done_by_draft.long()
@@ -118,11 +134,11 @@ def sample_rounds(run, vocab_size: int, sampling, draft: int | str, bar, inspect
             stats.tokens_per_forward[-1] = [
                 t + int(d) for t, d in zip(stats.tokens_per_forward[-1], done_by_draft, strict=True)
             ]
-        active = known < n
+        active = known < lengths
         if not bool(active.any()):
             break
         last = known + in_flight  # slot L reads the newest known or drafted token and targets sigma(L)
-        new = torch.where(active, torch.clamp(n - last, min=0, max=k), 0)  # next drafts: sigma(L) ..
+        new = torch.where(active, torch.minimum((lengths - last).clamp(min=0), k), 0)  # next drafts: sigma(L) ..
         top = torch.where(new > 0, last, last - 1)  # the last real slot (none targets sigma(n))
         pending = top + 1 - cache_len
         width = torch.where(active, pending + torch.clamp(new - 1, min=0), 0)
@@ -144,20 +160,23 @@ def sample_rounds(run, vocab_size: int, sampling, draft: int | str, bar, inspect
             checking = (in_flight > j) & ~rejected
             if not bool(checking.any()):
                 break
-            d = in_order.gather(1, torch.clamp(known + j, max=n).unsqueeze(1).to(device))  # draft j, (B, 1)
+            at = (known + j)[:, None]  # draft j's order index
+            d = in_order.gather(1, torch.clamp(at, max=n).to(device))  # draft j, (B, 1)
             q, p = probs[:, j - 1], draft_probs[:, j]  # its sequential conditional and its proposal
             ratio = (q.gather(1, d) / p.gather(1, d).clamp(min=1e-300)).squeeze(1)
-            u = torch.rand(batch, dtype=torch.float64, generator=noise, device=device)
+            u = counter_uniforms(run.keys(speculative_step(rounds, ACCEPT), at), 1)[:, 0, 0]
             accept = (u < ratio).cpu() & checking
+            checked += checking.long()
+            accepted += accept.long()
             stats.drafts_checked += int(checking.sum())
             stats.drafts_accepted += int(accept.sum())
             reject = checking & ~accept
             if bool(reject.any()):  # the correction: normalize(max(q - p, 0))
                 residual = (q - p).clamp(min=0)
                 residual = torch.where(residual.sum(-1, keepdim=True) > 0, residual, q)  # q == p exactly: q itself
-                fixed = gumbel_argmax(residual.log(), noise)
+                fixed = gumbel_argmax(residual.log()[:, None], run.keys(speculative_step(rounds, CORRECTION), at))
                 slot = torch.where(reject, known + j, n).to(device)  # column n is scratch
-                in_order.scatter_(1, slot.unsqueeze(1), fixed.unsqueeze(1))
+                in_order.scatter_(1, slot.unsqueeze(1), fixed)
             produced = produced + (accept | reject).long()
             rejected |= reject
 
@@ -169,14 +188,15 @@ def sample_rounds(run, vocab_size: int, sampling, draft: int | str, bar, inspect
         if bool((next_drafts > 0).any()):
             width_n = int(next_drafts.max())
             p_next = _take_draft_rows(probs, verify, next_drafts)
-            tokens = gumbel_argmax(p_next.log(), noise)  # d'_j ~ p'_j, float64 noise
-            cols = known[:, None] + torch.arange(width_n)
-            cols = torch.where(torch.arange(width_n) < next_drafts[:, None], cols, n).to(device)
+            at = known[:, None] + torch.arange(width_n)
+            tokens = gumbel_argmax(p_next.log(), run.keys(speculative_step(rounds, DRAFT), at))  # d'_j ~ p'_j
+            cols = torch.where(torch.arange(width_n) < next_drafts[:, None], at, n).to(device)
             in_order.scatter_(1, cols, tokens)
             draft_probs[:, :width_n] = p_next
         in_flight = next_drafts
+        rounds += active.long()
         stats.tokens_per_forward.append(produced.tolist())
-        stats.draft_sizes.append(k)
+        stats.draft_sizes.extend(sorted(set(k[active].tolist())))
         bar.update(int(produced.sum()))
         if inspect is not None:
             inspect(decoder, known.clone(), cache_len.clone(), in_order, order_dev)

@@ -8,9 +8,9 @@ life of a `StaticDecoder`:
   the KV cache over S slots (every position of the model, rounded up to FlexAttention's block; the
       last slot is scratch: padded query rows write there and nothing real is ever read from it),
   per sample: the order (positions), the token table in order (`in_order`), known / cache_len /
-      pending (step.py's names), the width of the step, and the plan: the tokens it unmasks
-      at each step that runs a forward,
-  the step index, and the float64 noise of the step (drawn outside, with the sampler's generator).
+      pending (step.py's names), the width of the step, the plan: the tokens it unmasks at each
+      step that runs a forward, and the key of its noise (its seed's),
+  the step index, and the buffers of the step's counter-based noise (noise.py).
 
 `decode_step` is a pure function of those buffers and of aranges of two sizes: W, the step's width
 bucket (a power of two at least as wide as its widest sample), and R, the rows it draws (its largest
@@ -23,8 +23,10 @@ The host knows every step's W and R before it starts, because the counts are dra
 A forward whose geometry the host decides per round (the speculative sampler's) runs as
 `forward_set_step` (`StaticDecoder.forward_rows`).
 
-Same seed, same tokens as the dynamic sampler: the plan generator is consumed the same way, and every
-step draws its uniforms with the same generator, shape and call order (outside the step).
+Same seed, same tokens as the dynamic sampler: the orders and counts are drawn on the host the same way,
+and the step makes each row's uniforms from its sample's noise key and the position it unmasks, as the
+dynamic sampler does (noise.py): a function of device buffers, so a captured graph replays it. A mix of
+samples with different prompts, lengths and seeds is only data in those buffers: no new shape.
 """
 
 from __future__ import annotations
@@ -35,9 +37,10 @@ import torch
 
 from ..model import AOGPT
 from .decoder import CachedDecoder, decode_model
-from .graphs import StepRunner
+from .graphs import StepRunner, uses_inductor
 from .masks import FLEX_BLOCK, step_block_mask, visible
-from .sampling import SamplingParams, filtered_scores, gumbel_max
+from .noise import PARALLEL_DRAW, NoiseWorkspace, row_keys
+from .sampling import SamplingParams, sample_tokens
 from .step import draw_slots, forward_slots, step_geometry
 
 
@@ -72,12 +75,13 @@ class StepPlan:
         return [(width_bucket(w), r) for w, r in zip(widths, rows, strict=True)]
 
 
-def plan_steps(counts: torch.Tensor, given: int) -> StepPlan:
-    """The state before every step, from the (B, T) counts: the step geometry (step.py) run ahead of
-    time, step by step on the host. Steps where no sample unmasks run no forward and are dropped."""
+def plan_steps(counts: torch.Tensor, given: torch.Tensor) -> StepPlan:
+    """The state before every step, from the (B, T) counts and each sample's given tokens (B,): the step
+    geometry (step.py) run ahead of time, step by step on the host. Steps where no sample unmasks run no
+    forward and are dropped."""
     runs = counts.max(dim=0).values > 0
     counts, step_of = counts[:, runs], runs.nonzero().squeeze(1)
-    known = torch.full((counts.shape[0],), given, dtype=torch.long)
+    known = given.clone().long()
     cache_len = torch.zeros_like(known)
     pending = known + 1 - cache_len
     before, widths = [], []
@@ -106,7 +110,7 @@ class StaticDecoder:
         # the long-valued state in one flat buffer, so a run's set-up is one copy from pinned memory
         b, s = batch, self.slots
         sizes = {"order": b * s, "in_order": b * s, "plan": b * s, "rows": b * s}
-        sizes.update({name: b for name in ("known", "cache_len", "pending", "width")}, step_index=1)
+        sizes.update({name: b for name in ("known", "cache_len", "pending", "width", "noise_keys")}, step_index=1)
         self._flat = torch.zeros(sum(sizes.values()), dtype=torch.long, device=self.device)
         pin = self.device.type == "cuda"
         self._staging = torch.zeros(self._flat.shape, dtype=torch.long, pin_memory=pin)
@@ -120,13 +124,14 @@ class StaticDecoder:
         v = self.view
         self.order, self.in_order, self.plan, self.rows = v("order"), v("in_order"), v("plan"), v("rows")
         self.known, self.cache_len, self.pending, self.width = v("known"), v("cache_len"), v("pending"), v("width")
-        self.step_index = v("step_index")
+        self.noise_keys, self.step_index = v("noise_keys"), v("step_index")
         self.kv_index = torch.arange(s, device=self.device)
         self._aranges: dict[tuple[str, int], torch.Tensor] = {}
-        self.noise = torch.empty(0, dtype=torch.float64, device=self.device)
+        # the noise's fixed buffers for an eager step; inductor fuses the noise into its own loop instead
+        self.noise = None if uses_inductor(mode, self.device) else NoiseWorkspace()
         # the step functions as `mode` runs them, by shape key (graphs.py); called with this state
-        self.decode_runner = StepRunner(decode_step, mode, self.device)
-        self.forward_runner = StepRunner(forward_set_step, mode, self.device)
+        self.decode_runner = StepRunner(decode_step, mode, self.device, "decode step")
+        self.forward_runner = StepRunner(forward_set_step, mode, self.device, "forward step")
         if self.decoder.backend == "flex":
             cache_len, pending, width = self.cache_len, self.pending, self.width
 
@@ -147,31 +152,39 @@ class StaticDecoder:
             self._aranges[key] = torch.arange(length, device=self.device)
         return self._aranges[key]
 
-    def noise_view(self, rows: int) -> torch.Tensor:
-        """(B, rows, V) float64 noise at the start of the workspace: where a step's uniforms are drawn
-        (the dynamic sampler's shape, so a seed gives the same draws) and where its step reads them."""
-        need = self.batch * rows * self.vocab_size
-        if self.noise.numel() < need:  # graphs read the old buffer: forget them
-            self.noise = torch.empty(need, dtype=torch.float64, device=self.device)
-            self.decode_runner.reset()
-        return self.noise[:need].view(self.batch, rows, self.vocab_size)
+    def compile_seconds(self) -> float:
+        """Seconds spent compiling this decoder's steps so far (graphs.py; a runner wrapped by a profiler, which
+        runs warm shapes only, counts none)."""
+        return sum(getattr(r, "compile_seconds", 0.0) for r in (self.decode_runner, self.forward_runner))
 
     # ---- a run ------------------------------------------------------------------------------
-    def start(self, orders: torch.Tensor, given_tokens: tuple[int, ...], plan: StepPlan | None = None) -> None:
-        """Every per-run buffer from the host in one non-blocking copy, and the noise workspace for
-        the plan's widest draw (the KV cache is not cleared: the masks never show a slot before this
-        run writes it)."""
+    def start(
+        self,
+        orders: torch.Tensor,
+        given_table: torch.Tensor,
+        given: torch.Tensor,
+        noise_keys: torch.Tensor,
+        plan: StepPlan | None = None,
+    ) -> None:
+        """Every per-run buffer from the host in one non-blocking copy: the orders (B, n), each sample's
+        given tokens in order (B, n), their counts (B,), the samples' noise keys (B,) and the plan; and the
+        noise buffers for the plan's widest draw (the KV cache is not cleared: the masks never show a slot
+        before this run writes it)."""
         staging = self._staging_free()
         staging.zero_()
-        n, given = orders.shape[1], len(given_tokens)
+        n = orders.shape[1]
         self.view("order", staging)[:, :n] = orders
-        if given:
-            self.view("in_order", staging)[:, :given] = torch.tensor(given_tokens)
+        self.view("in_order", staging)[:, :n] = given_table
         if plan is not None:
             self.view("plan", staging)[:, : plan.steps] = plan.counts
-            self.noise_view(int(plan.counts.max()))
-        self.view("known", staging).fill_(given)
-        self.view("pending", staging).fill_(given + 1)
+            if self.noise is not None:
+                grown = self.noise.grown
+                self.noise.reserve(self.batch * int(plan.counts.max()) * self.vocab_size, self.device)
+                if self.noise.grown != grown:  # graphs read the old buffers: forget them
+                    self.decode_runner.reset()
+        self.view("known", staging).copy_(given)
+        self.view("pending", staging).copy_(given + 1)
+        self.view("noise_keys", staging).copy_(noise_keys)
         self._flat.copy_(staging, non_blocking=True)
         self._staging_used()
 
@@ -203,11 +216,11 @@ class StaticDecoder:
         logits = self.forward_runner((width_q, rows_r), self, q, self.rows[:, :rows_r])
         return logits[:, :rows_len]
 
-    def decode(self, width: int, rows: int, noise: torch.Tensor, sampling: SamplingParams) -> torch.Tensor:
-        """The plan's next step at width bucket `width` drawing `rows` rows with `noise` (`noise_view`):
-        `decode_step` as the mode runs it. Returns its logits (B, rows, padded vocab)."""
+    def decode(self, width: int, rows: int, sampling: SamplingParams) -> torch.Tensor:
+        """The plan's next step at width bucket `width` drawing `rows` rows: `decode_step` as the mode runs
+        it. Returns its logits (B, rows, padded vocab)."""
         key = (width, rows, sampling)
-        return self.decode_runner(key, self, self.arange(width), self.arange(rows, "r"), noise, sampling)
+        return self.decode_runner(key, self, self.arange(width), self.arange(rows, "r"), sampling)
 
     def mask(self, q: torch.Tensor, width: torch.Tensor):
         """The step's attention mask over the whole cache: a BlockMask (flex) or a dense (B, 1, W, S) one."""
@@ -225,18 +238,19 @@ def _forward(state: StaticDecoder, width: torch.Tensor, q: torch.Tensor, rows: t
     )  # fmt: skip
 
 
-def decode_step(
-    state: StaticDecoder, q: torch.Tensor, r: torch.Tensor, noise: torch.Tensor, sampling: SamplingParams
-) -> torch.Tensor:
-    """Step `state.step_index` of the plan: W = len(q) query slots, R = len(r) rows drawn with the
-    uniforms in `noise` (B, R, V). Advances the state in place; returns the step's logits (B, R, padded V)."""
+def decode_step(state: StaticDecoder, q: torch.Tensor, r: torch.Tensor, sampling: SamplingParams) -> torch.Tensor:
+    """Step `state.step_index` of the plan: W = len(q) query slots, R = len(r) rows drawn, each with the
+    counter noise of its sample's key and the position it unmasks (the dynamic sampler's). Advances the
+    state in place; returns the step's logits (B, R, padded V)."""
     new = state.plan.index_select(1, state.step_index).squeeze(1)
     known = state.known
     width, known_after, cache_len_after, pending_after = step_geometry(known, state.cache_len, state.pending, new)
     state.width.copy_(width)
     rows, dest = draw_slots(known, state.pending, new, r, q.shape[0] - 1, state.scratch)
     logits = _forward(state, width, q, rows)
-    tokens = gumbel_max(filtered_scores(logits, state.vocab_size, sampling), noise)
+    positions = state.order.gather(1, torch.clamp(known[:, None] + r, max=state.scratch))
+    keys = row_keys(state.noise_keys, PARALLEL_DRAW, positions)
+    tokens = sample_tokens(logits, state.vocab_size, sampling, keys, state.noise)
     state.in_order.scatter_(1, dest, tokens)
     state.cache_len.copy_(cache_len_after)
     state.pending.copy_(pending_after)

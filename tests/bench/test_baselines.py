@@ -59,7 +59,7 @@ def test_greedy_ar_decode_equals_uncached_greedy(gpt_model, backend):
 
 def test_ar_decode_is_seeded(gpt_model):
     def run(seed):
-        return ar_generate(gpt_model, 10, batch=2, generator=torch.Generator().manual_seed(seed)).tokens
+        return ar_generate(gpt_model, 10, batch=2, seed=seed).tokens
 
     assert torch.equal(run(0), run(0)) and not torch.equal(run(0), run(1))
 
@@ -80,10 +80,10 @@ def test_the_static_encoder_step_samples_what_the_loop_samples(graphs):
 @pytest.mark.parametrize("graphs", ["static", "on"])
 def test_ar_decoding_with_graphs_is_the_static_step_in_left_to_right_order(gpt_model, graphs):
     """What the benchmark times as AR with graphs on: generate at T=n, identity order, on the plain GPT,
-    sampling exactly what the gpt-fast decode loop samples with the same noise stream."""
-    from aogpt_plugin.sampler import SampleConfig, generate, noise_generator
+    sampling exactly what the gpt-fast decode loop samples with the same seeds (the same noise)."""
+    from aogpt_plugin.sampler import SampleConfig, generate
 
     n = 16
     config = SampleConfig(length=n, steps=n, num_samples=3, order="l2r", seed=9, graphs=graphs)
-    ar = ar_generate(gpt_model, n, batch=3, generator=noise_generator(9, "cpu"))
+    ar = ar_generate(gpt_model, n, batch=3, seed=9)
     assert torch.equal(generate(gpt_model, config).tokens, ar.tokens)

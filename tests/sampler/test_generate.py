@@ -6,7 +6,9 @@ import pytest
 import torch
 
 from aogpt_plugin.bench.baselines import ar_generate
-from aogpt_plugin.sampler import Prompt, SampleConfig, SamplingParams, generate, noise_generator
+from aogpt_plugin.sampler import Prompt, SampleConfig, SamplingParams, generate
+from aogpt_plugin.sampler.generation import noise_seed
+from aogpt_plugin.sampler.noise import PARALLEL_DRAW, row_keys
 from aogpt_plugin.sampler.sampling import sample_tokens
 
 
@@ -86,20 +88,22 @@ def test_l2r_full_steps_is_greedy_ar_decoding(conditioning_model, request):
 def test_l2r_full_steps_matches_sampled_ar_decoding(gpt_model):
     n, seed = 16, 9
     result = generate(gpt_model, SampleConfig(length=n, steps=n, num_samples=3, order="l2r", seed=seed))
-    ar = ar_generate(gpt_model, n, batch=3, generator=noise_generator(seed, "cpu"))
+    ar = ar_generate(gpt_model, n, batch=3, seed=seed)
     assert torch.equal(result.tokens, ar.tokens)
 
 
 def test_random_order_full_steps_is_teacher_forced_ao_sampling(ao_model):
     n, seed, batch = 18, 5, 3
     result = generate(ao_model, SampleConfig(length=n, steps=n, num_samples=batch, seed=seed))
-    order, noise = result.orders, noise_generator(seed, "cpu")
+    order = result.orders
     assert not torch.equal(order[0], order[1])  # per-sample random orders
+    noise_keys = torch.tensor([noise_seed(seed + b) for b in range(batch)])  # sample b's seed is seed + b
     tokens = torch.zeros(batch, n, dtype=torch.long)
     rows = torch.arange(batch)
     for j in range(n):
         logits = ao_model(tokens, order)[:, j : j + 1]
-        tokens[rows, order[:, j]] = sample_tokens(logits, ao_model.model_args.vocab_size, SamplingParams(), noise)[:, 0]
+        keys = row_keys(noise_keys, PARALLEL_DRAW, order[:, j : j + 1])  # each draw keyed by its position
+        tokens[rows, order[:, j]] = sample_tokens(logits, ao_model.model_args.vocab_size, SamplingParams(), keys)[:, 0]
     assert torch.equal(result.tokens, tokens)
 
 

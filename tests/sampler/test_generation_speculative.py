@@ -54,9 +54,12 @@ def chi_square_p(samples: torch.Tensor, joint: torch.Tensor) -> float:
 
 
 def draw(model, sampling, total, speculative=None, steps=N, seed=0):
+    """`total` samples in batches of 25,000, sample i seeded seed * total + i (batch b starts where b - 1 ended)."""
     out = []
     for b in range(total // 25_000):
-        config = SampleConfig(length=N, steps=steps, num_samples=25_000, sampling=sampling, seed=seed * 100 + b)
+        config = SampleConfig(
+            length=N, steps=steps, num_samples=25_000, sampling=sampling, seed=seed * total + b * 25_000
+        )
         if speculative is None:
             out.append(generate(model, config, order=ORDER).tokens)
         else:

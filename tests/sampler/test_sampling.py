@@ -8,18 +8,23 @@ import torch
 from scipy import stats
 
 from aogpt_plugin.errors import UserError
+from aogpt_plugin.sampler.noise import PARALLEL_DRAW, NoiseWorkspace, row_keys
 from aogpt_plugin.sampler.sampling import (
     SamplingParams,
     binomial_counts,
     deterministic_counts,
     filtered_scores,
     gumbel_argmax,
-    noise_workspace,
     sample_tokens,
     step_counts,
     time_grid,
     top_p_keep,
 )
+
+
+def keys(rows: int, seed: int = 0) -> torch.Tensor:
+    """Noise keys (rows, 2) of `rows` independent draws: samples seed*rows .. seed*rows+rows-1 at position 0."""
+    return row_keys(torch.arange(rows) + seed * rows, PARALLEL_DRAW, torch.zeros(rows, 1, dtype=torch.long))[:, 0]
 
 
 def chi_square_p(draws: torch.Tensor, probs: torch.Tensor) -> float:
@@ -34,29 +39,26 @@ def chi_square_p(draws: torch.Tensor, probs: torch.Tensor) -> float:
 
 def test_gumbel_argmax_matches_categorical():
     logits = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -3.0, float("-inf")], dtype=torch.float64)
-    g = torch.Generator().manual_seed(0)
-    draws = gumbel_argmax(logits.expand(60000, -1), g)
+    draws = gumbel_argmax(logits.expand(60000, -1), keys(60000))
     assert chi_square_p(draws, logits.softmax(-1)) > 1e-3
 
 
 def test_gumbel_argmax_rejects_wrong_distribution():  # the test above can fail
     logits = torch.tensor([2.0, 1.0, 0.5, 0.0], dtype=torch.float64)
-    draws = gumbel_argmax(logits.expand(60000, -1), torch.Generator().manual_seed(0))
+    draws = gumbel_argmax(logits.expand(60000, -1), keys(60000))
     assert chi_square_p(draws, (logits * 1.1).softmax(-1)) < 1e-3
 
 
 def test_temperature_scales_logits():
     logits = torch.tensor([[1.0, 0.0, -1.0, 0.5]])
-    draws = sample_tokens(
-        logits.expand(60000, -1), 4, SamplingParams(temperature=0.5), torch.Generator().manual_seed(1)
-    )
+    draws = sample_tokens(logits.expand(60000, -1), 4, SamplingParams(temperature=0.5), keys(60000, seed=1))
     assert chi_square_p(draws, (logits[0] / 0.5).softmax(-1)) > 1e-3
 
 
 def test_padded_vocab_never_sampled():
     logits = torch.zeros(1000, 64)
     logits[:, 61:] = 100.0  # padding rows of the head
-    draws = sample_tokens(logits, 61, SamplingParams(), torch.Generator().manual_seed(0))
+    draws = sample_tokens(logits, 61, SamplingParams(), keys(1000))
     assert draws.max() < 61
 
 
@@ -69,7 +71,7 @@ def test_top_p_keeps_exactly_the_nucleus():
     assert top_p_keep(scores, 0.71).tolist() == [False, True, True, True, False]
     assert top_p_keep(scores, 0.96).tolist() == [True, True, True, True, True]
     assert top_p_keep(scores, 1e-9).tolist() == [False, True, False, False, False]  # top token always kept
-    draws = sample_tokens(scores.expand(30000, -1), 5, SamplingParams(top_p=0.71), torch.Generator().manual_seed(2))
+    draws = sample_tokens(scores.expand(30000, -1), 5, SamplingParams(top_p=0.71), keys(30000, seed=2))
     nucleus = torch.tensor([0.0, 0.4, 0.3, 0.15, 0.0], dtype=torch.float64)
     assert chi_square_p(draws, nucleus / nucleus.sum()) > 1e-3
 
@@ -84,7 +86,7 @@ def test_top_k():
     logits = torch.tensor([[0.1, 3.0, 2.0, -1.0, 2.5]])
     kept = torch.isfinite(filtered_scores(logits, 5, SamplingParams(top_k=2)))
     assert kept.tolist() == [[False, True, False, False, True]]
-    draws = sample_tokens(logits.expand(2000, -1), 5, SamplingParams(top_k=1), torch.Generator().manual_seed(0))
+    draws = sample_tokens(logits.expand(2000, -1), 5, SamplingParams(top_k=1), keys(2000))
     assert (draws == 1).all()
 
 
@@ -103,19 +105,33 @@ def test_bad_params_rejected(params):
         params.validate()
 
 
-def test_workspace_gives_the_same_draws_and_leaves_inputs_alone():
-    logits = torch.randn(3, 4, 70, dtype=torch.float64)
+def test_a_workspace_and_drawn_rows_give_the_same_draws_and_leave_inputs_alone():
+    """The eager paths (a reused NoiseWorkspace; only the rows drawn, in chunks) give each row the token the
+    plain draw gives it; the logits and scores are not written."""
+    logits = torch.randn(3, 40, 70, dtype=torch.float64)
     kept = logits.clone()
-    workspace = noise_workspace(3 * 4 * 2, 70, "cpu")  # larger than one draw needs: a prefix is used
+    row_keys_ = row_keys(torch.tensor([4, 5, 6]), PARALLEL_DRAW, torch.arange(120).view(3, 40))
     params = SamplingParams(temperature=0.7)
-    for seed in range(3):
-        plain = sample_tokens(logits, 64, params, torch.Generator().manual_seed(seed))
-        reused = sample_tokens(logits, 64, params, torch.Generator().manual_seed(seed), workspace)
-        assert torch.equal(plain, reused)
+    plain = sample_tokens(logits, 64, params, row_keys_)
+    workspace = NoiseWorkspace()
+    assert torch.equal(sample_tokens(logits, 64, params, row_keys_, workspace), plain)
+    drawn = torch.rand(3, 40, generator=torch.Generator().manual_seed(0)) < 0.7  # more rows than one chunk
+    assert int(drawn.sum()) > 32
+    some = sample_tokens(logits, 64, params, row_keys_, workspace, drawn)
+    assert torch.equal(some[drawn], plain[drawn]) and (some[~drawn] == 0).all()
     scores = filtered_scores(logits, 64, params)
     scores_kept = scores.clone()
-    gumbel_argmax(scores, torch.Generator().manual_seed(0), workspace)
+    gumbel_argmax(scores, row_keys_, workspace)
     assert torch.equal(logits, kept) and torch.equal(scores, scores_kept)
+
+
+def test_a_rows_token_depends_on_its_own_key_only():
+    """The same logits row drawn with the same key gives the same token next to any other rows; another
+    key gives another draw (over 64 keys, many tokens)."""
+    logits = torch.zeros(64, 50, dtype=torch.float64)
+    alone = [int(gumbel_argmax(logits[:1], keys(64)[i : i + 1])) for i in range(64)]
+    assert gumbel_argmax(logits, keys(64)).tolist() == alone
+    assert len(set(alone)) > 20
 
 
 # -- how many positions each step unmasks --
@@ -160,7 +176,18 @@ def test_steps_above_tokens_rejected():
     with pytest.raises(UserError, match="steps=9"):
         deterministic_counts(8, 9)
     with pytest.raises(UserError, match="counts="):
-        step_counts(8, 4, 1, counts="sometimes")
+        step_counts([8], 4, counts="sometimes")
+
+
+def test_step_counts_are_per_sample_and_padded_after_a_samples_last_step():
+    """Each sample spreads its own positions over its steps (None: one per position), its binomial draws
+    from its own generator: a sample's row is the same alone and in a batch."""
+    counts = step_counts([6, 3, 4], None)
+    assert counts.tolist() == [[1] * 6, [1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 0, 0]]
+    assert step_counts([6, 3], 3).tolist() == [deterministic_counts(6, 3).tolist(), [1, 1, 1]]
+    batch = step_counts([9, 5], 4, counts="binomial", generators=[torch.Generator().manual_seed(s) for s in (1, 2)])
+    alone = step_counts([5], 4, counts="binomial", generators=[torch.Generator().manual_seed(2)])
+    assert torch.equal(batch[1], alone[0]) and batch.sum(1).tolist() == [9, 5]
 
 
 @pytest.mark.parametrize("schedule", ["linear", "cosine"])

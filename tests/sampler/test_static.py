@@ -9,8 +9,8 @@ import torch._dynamo.utils as dynamo_utils
 from conftest import cache_sized_allocations, tiny_model
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from aogpt_plugin.sampler import Prompt, SampleConfig, SamplingParams, generate, generation
-from aogpt_plugin.sampler.prompt import generation_orders
+from aogpt_plugin.sampler import Prompt, SampleConfig, SamplingParams, generate
+from aogpt_plugin.sampler.prompt import sample_orders
 from aogpt_plugin.sampler.sampling import step_counts
 from aogpt_plugin.sampler.static import decode_step, plan_steps, static_decoder, static_slots, width_bucket
 
@@ -46,31 +46,16 @@ def _run(model, case: dict, graphs: str, backend: str = "sdpa", seed: int = 3, l
     return generate(model, config, prompt, order=order, record=True)
 
 
-@pytest.fixture
-def generators(monkeypatch):
-    """Every noise generator a run makes, to compare their states after it."""
-    made = []
-
-    def tracked(seed, device):
-        made.append(noise(seed, device))
-        return made[-1]
-
-    noise = generation.noise_generator
-    monkeypatch.setattr(generation, "noise_generator", tracked)
-    return made
-
-
 @pytest.mark.parametrize("case", list(MATRIX))
 @pytest.mark.parametrize("graphs", ["static", "on"])
-def test_the_static_step_samples_what_the_dynamic_sampler_samples(ao_model, generators, case, graphs):
-    """Same tokens, forwards and noise-generator state as graphs=off; cached logits equal recomputation.
+def test_the_static_step_samples_what_the_dynamic_sampler_samples(ao_model, case, graphs):
+    """Same tokens, orders and forwards as graphs=off; cached logits equal recomputation.
     `on` is the inductor-compiled step on a CPU."""
     ref = _run(ao_model, MATRIX[case], "off")
     got = _run(ao_model, MATRIX[case], graphs)
     assert torch.equal(got.tokens, ref.tokens)
     assert torch.equal(got.orders, ref.orders)
     assert got.forward_passes == ref.forward_passes
-    assert torch.equal(generators[0].get_state(), generators[1].get_state())
     assert_cache_exact(ao_model, got)
 
 
@@ -92,18 +77,22 @@ def test_the_static_step_for_the_other_conditionings(conditioning):
 
 def _state_and_plan(model, batch=3, steps=9, counts="binomial", backend="sdpa", mode="static", given=()):
     state = static_decoder(model, batch, backend, "aten", mode)
-    counts = step_counts(N - len(given), steps, batch, "linear", counts, torch.Generator().manual_seed(4))
-    plan = plan_steps(counts, len(given))
+    generators = [torch.Generator().manual_seed(4 + b) for b in range(batch)]
+    counts = step_counts([N - len(given)] * batch, steps, "linear", counts, generators)
+    given_counts = torch.full((batch,), len(given))
+    plan = plan_steps(counts, given_counts)
     prompt = Prompt(tuple(range(len(given))), tuple(given))
-    state.start(generation_orders(N, batch, prompt, "random", torch.Generator().manual_seed(5)), tuple(given), plan)
+    orders = sample_orders(N, (N,) * batch, (prompt,) * batch, ("random",) * batch, generators)
+    given_table = torch.zeros(batch, N, dtype=torch.long)
+    given_table[:, : len(given)] = torch.tensor(given, dtype=torch.long)
+    state.start(orders, given_table, given_counts, torch.arange(batch) + 100, plan)
     return state, plan
 
 
 def _step(state, plan, k, sampling=None):
     sampling = sampling or SamplingParams()
     width, rows = plan.shapes()[k]
-    noise = state.noise_view(rows).uniform_(generator=torch.Generator().manual_seed(k))
-    return decode_step(state, state.arange(width), state.arange(rows, "r"), noise, sampling)
+    return decode_step(state, state.arange(width), state.arange(rows, "r"), sampling)
 
 
 def test_the_host_plan_is_the_state_the_device_reaches(ao_model):
@@ -122,12 +111,12 @@ def test_the_host_plan_is_the_state_the_device_reaches(ao_model):
 
 def test_a_step_keeps_every_buffer_where_it_was(ao_model):
     state, plan = _state_and_plan(ao_model)
-    buffers = [state._flat, *state.decoder.cache.k, *state.decoder.cache.v, state.noise, *state._aranges.values()]
+    buffers = [state._flat, *state.decoder.cache.k, *state.decoder.cache.v, state.noise.flat, *state._aranges.values()]
     before = [b.data_ptr() for b in buffers]
     for k in range(plan.steps):
         _step(state, plan, k)
     assert [b.data_ptr() for b in buffers] == before
-    for name in ("order", "in_order", "plan", "known", "cache_len", "pending", "width", "step_index"):
+    for name in ("order", "in_order", "plan", "known", "cache_len", "pending", "width", "noise_keys", "step_index"):
         assert getattr(state, name).data_ptr() == state.view(name).data_ptr()  # views of the one flat buffer
 
 
@@ -173,9 +162,8 @@ def test_the_mode_fails_when_the_step_reads_the_host():
 def test_the_step_is_one_graph(ao_model, backend):
     state, plan = _state_and_plan(ao_model, backend=backend)
     width, rows = plan.shapes()[0]
-    noise = state.noise_view(rows).uniform_()
     explained = torch._dynamo.explain(decode_step)(
-        state, state.arange(width), state.arange(rows, "r"), noise, SamplingParams(top_p=0.9)
+        state, state.arange(width), state.arange(rows, "r"), SamplingParams(top_p=0.9)
     )
     assert explained.graph_break_count == 0, explained.break_reasons
     assert explained.graph_count == 1
@@ -209,7 +197,7 @@ def test_the_static_decoder_is_reused_and_rebuilt_when_it_must(ao_model):
 
 def test_plan_matches_the_dynamic_samplers_bookkeeping():
     counts = torch.tensor([[2, 0, 0, 3, 1], [0, 0, 1, 4, 1], [1, 0, 1, 1, 2]])
-    plan = plan_steps(counts, given=2)
+    plan = plan_steps(counts, given=torch.full((3,), 2))
     assert plan.steps == 4  # step 1 is empty for everyone
     known, cache_len = torch.full((3,), 2), torch.zeros(3, dtype=torch.long)
     for k, step in enumerate([0, 2, 3, 4]):
