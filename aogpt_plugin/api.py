@@ -158,21 +158,22 @@ class LoadedModel:
     def generate(
         self,
         *,
-        num_samples: int = 1,
-        length: int | None = None,
+        num_samples: int | None = None,
+        length: int | list[int] | None = None,
         steps: int | None = None,
-        order: str | torch.Tensor = "random",
+        order: str | torch.Tensor | list = "random",
         schedule: str | None = None,
         counts: str | None = None,
         temperature: float = 1.0,
         top_p: float = 1.0,
         top_k: int | None = None,
-        prompt: str | None = None,
+        prompt: str | list[str | None] | None = None,
         infill: str | dict | list | None = None,
         speculative: int | str | None = None,
-        seed: int = 0,
+        seed: int | list[int] = 0,
         backend: str = "auto",
         graphs: str = "auto",
+        requests: list[dict] | None = None,
         progress: bool = False,
     ) -> Samples:
         """Draw `num_samples` sequences of `length` tokens (default: all positions); every option is
@@ -184,17 +185,23 @@ class LoadedModel:
         top_k >= 1; prompt: text at position 0; infill: given spans, {"spans": [{"start": 40, "text":
         "..."}, {"start": 90, "tokens": [464]}]} (or that list, or its JSON, or "@FILE"); speculative:
         a draft size 1..16 or "auto" (exact T = N samples in fewer forwards; excludes steps, schedule
-        and counts); seed: of the orders, counts and noise; backend "auto" | "sdpa" | "flex"; graphs
-        "auto" | "on" | "off" | "compile" | "static": how each step runs (sampler/choices.py; auto: the
-        static step replayed from CUDA graphs on a GPU, the dynamic sampler on a CPU; same samples).
+        and counts); seed: sample i's is seed + i (its order, counts and noise); backend "auto" | "sdpa"
+        | "flex"; graphs "auto" | "on" | "off" | "compile" | "static": how each step runs
+        (sampler/choices.py; auto: the static step replayed from CUDA graphs on a GPU, the dynamic
+        sampler on a CPU; same samples).
 
-        Returns Samples: `.tokens` (num_samples, length) on the CPU, `.texts`, `.result` (orders,
-        forward passes, seconds) and, when speculative, `.speculative` (its statistics)."""
+        Each sample may ask for its own: prompt, infill, length, order and seed also take a list with one
+        value per sample (num_samples then defaults to its length), or `requests` gives one dict per
+        sample with the fields of an `aogpt sample --requests` line ({"prompt" | "infill", "seed",
+        "length", "order", and run options all of them share}); the keywords fill what they leave out.
+        A sample's tokens depend on its own options and seed only, never on the batch it ran in.
+
+        Returns Samples: `.tokens` (num_samples, length) on the CPU (-1 past a sample's own length),
+        `.texts`, `.result` (orders, forward passes, seconds) and, when speculative, `.speculative` (its
+        statistics)."""
         from .sampler.request import SampleRequest, run_plan
 
-        if isinstance(infill, list):
-            infill = {"spans": infill}
-        request = SampleRequest(
+        options = dict(
             num_samples=num_samples,
             length=length,
             steps=steps,
@@ -212,7 +219,15 @@ class LoadedModel:
             graphs=graphs,
         )
         with input_errors():  # every option is checked before the first forward
-            plan = request.plan(self.model_args, lambda text: self.tokenizer.encode(text), self.device, self.dtype)
+            if requests is None:
+                request = SampleRequest(**options)
+            elif not isinstance(requests, list) or not requests or not all(isinstance(r, dict) for r in requests):
+                raise InputError(f"requests must be a non-empty list of dicts, one per sample; got {requests!r:.80}")
+            else:
+                request = SampleRequest.from_requests(requests, **options)
+            plan = request.plan(
+                self.model_args, lambda text: self.tokenizer.encode(text), self.device, self.dtype, keyword_name
+            )
             samples = run_plan(self.module, plan, self.tokenizer.decode, progress=progress)
         # the sampler runs in inference mode; normal tensors can be fed back to logprob and autograd
         samples.tokens = samples.result.tokens = samples.tokens.clone()

@@ -117,7 +117,7 @@ def test_generate_takes_every_sampler_option_the_command_has():
     from aogpt_plugin.sampler.request import SampleRequest
 
     fields = {f.name for f in dataclasses.fields(SampleRequest)}
-    keywords = set(inspect.signature(LoadedModel.generate).parameters) - {"self", "progress"}
+    keywords = set(inspect.signature(LoadedModel.generate).parameters) - {"self", "progress", "requests"}
     assert keywords == fields
     flags = vars(cli.build_parser("sample").parse_args(["sample", "--model", "M"]))
     assert fields <= set(flags)
@@ -407,7 +407,29 @@ BAD_GENERATE = [
     ({"order": "r2l"}, r"order='r2l' is not supported; allowed: random, l2r"),
     ({"length": 4, "order": torch.tensor([0, 1, 1, 2])}, r"order must list each position to generate exactly once"),
     ({"infill": [{"start": 2, "tokens": [VOCAB]}]}, rf"token id {VOCAB} is outside the vocabulary; allowed: 0..60"),
-    ({"speculative": 3, "steps": 4}, r"--steps does not apply with --speculative"),
+    ({"speculative": 3, "steps": 4}, r"^steps does not apply with speculative \(it samples"),
+    ({"speculative": 0}, r"^speculative 0 is not allowed; allowed: a draft size 1..16 or auto"),
+    # types, before values: the keyword and what it takes
+    ({"length": "8"}, r"^length '8' is a str; allowed: an integer, or a list of integers \(one per sample\)"),
+    ({"num_samples": "2"}, r"^num_samples '2' is a str; allowed: an integer"),
+    ({"top_p": "0.5"}, r"^top_p '0.5' is a str; allowed: a number"),
+    ({"steps": 2.5}, r"^steps 2.5 is a float; allowed: an integer"),
+    ({"seed": "x"}, r"^seed 'x' is a str; allowed: an integer, or a list of integers"),
+    ({"temperature": True}, r"^temperature True is a bool; allowed: a number"),
+    # a prompt longer than the sample: named with its token count
+    (
+        {"length": 8, "prompt": " ".join(["5"] * 50)},
+        r"^prompt has 50 tokens, and length=8 leaves no position to generate",
+    ),
+    (
+        {"prompt": ["1", "2"], "num_samples": 3},
+        r"^prompt has 2 items for num_samples 3; allowed: one value, or one per",
+    ),
+    ({"prompt": ["1", "2"], "seed": [1, 2, 3]}, r"^seed has 3 items and prompt has 2"),
+    ({"requests": [{"promt": "1"}]}, r"^a request has no field 'promt'; allowed: prompt, infill, seed, length"),
+    ({"requests": [{"prompt": "1"}], "prompt": "2"}, r"^prompt is given for every sample and the requests give one"),
+    ({"requests": [{"top_k": 2}, {"top_k": 3}]}, r"^the requests differ in top_k \(2, 3\); one batch runs one value"),
+    ({"requests": "x"}, r"^requests must be a non-empty list of dicts"),
 ]
 
 
@@ -416,6 +438,23 @@ def test_bad_generate_input_is_one_error_before_any_forward(lm, forwards, kwargs
     with pytest.raises(InputError, match=message):
         lm.generate(**kwargs)
     assert forwards == []
+
+
+def test_generate_takes_a_request_per_sample_and_each_gets_its_lone_tokens(lm):
+    """Lists per keyword and `requests` give the same batch; row i is what generate gives request i alone,
+    at its own length (-1 after it); a request without a seed gets seed + its index."""
+    lists = lm.generate(prompt=["1 2", "3", None], length=[10, 12, 8], seed=[5, 6, 7], steps=None, top_k=20)
+    requests = lm.generate(
+        requests=[{"prompt": "1 2", "length": 10, "seed": 5}, {"prompt": "3", "length": 12}, {"length": 8}],
+        seed=5,
+        top_k=20,
+    )
+    assert torch.equal(lists.tokens, requests.tokens) and lists.texts == requests.texts
+    for i, (prompt, length) in enumerate((("1 2", 10), ("3", 12), (None, 8))):
+        alone = lm.generate(prompt=prompt, length=length, seed=5 + i, top_k=20)
+        assert alone.tokens[0].tolist() == lists.tokens[i, :length].tolist() and alone.texts[0] == lists.texts[i]
+        assert (lists.tokens[i, length:] == -1).all()
+    assert lists.texts[0].startswith("1 2 ") and lists.texts[1].startswith("3 ")
 
 
 def test_bad_score_input_is_one_error_before_any_forward(lm, forwards):

@@ -5,15 +5,21 @@ one `error:` line (exit 2) and no loading time. The flags become a run through s
 the path the Python API (`aogpt_plugin.load(...).generate`) takes too. Progress goes to stderr;
 stdout holds only the samples (text, or with --json one object that `aogpt eval genppl --samples`
 also reads).
+
+`--requests FILE.jsonl --out RESULTS.jsonl` samples one request a line (its own prompt or infill, seed,
+length, order; sampler/requests_file.py) in batches of `--batch-size`, the other flags giving what a
+request leaves out, and writes the results in input order; a second run with the same --out goes on
+where the first stopped.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import sys
 
 from ..devices import add_runtime_args
-from ..errors import UserError
+from ..errors import UserError, flag_name
 from ..orders import READ_ORDERS
 from .options import BACKENDS, COUNTS, SCHEDULES, add_graphs_arg
 
@@ -21,7 +27,7 @@ from .options import BACKENDS, COUNTS, SCHEDULES, add_graphs_arg
 def add_to(subparsers) -> None:
     p = subparsers.add_parser("sample", help="generate text from a converted model (any order, KV cache)")
     p.add_argument("--model", required=True, metavar="MODEL_DIR", help="converted model folder (aogpt convert)")
-    p.add_argument("--num-samples", type=int, default=1, metavar="B", help="samples in the batch (default 1)")
+    p.add_argument("--num-samples", type=int, default=None, metavar="B", help="samples in the batch (default 1)")
     p.add_argument("--length", type=int, default=None, metavar="N", help="tokens per sample (default: all positions)")
     p.add_argument("--steps", type=int, default=None, metavar="T", help="denoising steps, 1..N (default N)")
     p.add_argument("--order", choices=READ_ORDERS, default="random", help="fill order (default random)")
@@ -58,6 +64,22 @@ def add_to(subparsers) -> None:
     )
     p.add_argument("--backend", choices=BACKENDS, default="auto", help="attention (auto: per device)")
     add_graphs_arg(p)
+    g = p.add_argument_group("many requests (one JSON object a line)")
+    g.add_argument(
+        "--requests",
+        default=None,
+        metavar="FILE.jsonl",
+        help="sample one request a line: {'prompt' | 'infill', 'seed', 'length', 'order', 'steps', 'temperature', "
+        "'top_p', 'top_k', 'schedule', 'counts'}; the flags above fill what a request leaves out (a request "
+        "without a seed is seeded --seed + its index)",
+    )
+    g.add_argument(
+        "--out", default=None, metavar="RESULTS.jsonl", help="with --requests: one result a line, in input order; "
+        "a run again with the same file skips the requests already there"
+    )  # fmt: skip
+    g.add_argument(
+        "--batch-size", type=int, default=8, metavar="K", help="with --requests: requests sampled together (default 8)"
+    )
     add_runtime_args(p)
     p.set_defaults(run=run)
 
@@ -117,8 +139,11 @@ def run(args) -> int:
     from .generation import samples_record
     from .request import run_plan
 
+    _check_request_flags(args)
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype)
+    if args.requests is not None:
+        return run_requests(args, device, dtype)
     config, plan = check_args(args, device, dtype)
     sample_config = plan.config
     check_fits(config.model_args, plan, device, dtype)
@@ -169,3 +194,117 @@ def run(args) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def _check_request_flags(args) -> None:
+    """--requests and --out go together; the flags that give every sample its prompt or the batch its
+    size do not apply with them (each request gives its own)."""
+    from ..errors import check_writable, require_at_least
+
+    if args.requests is None:
+        for flag, value in (("--out", args.out), ("--batch-size", args.batch_size if args.batch_size != 8 else None)):
+            if value is not None:
+                raise UserError(f"{flag} applies with --requests FILE.jsonl (many requests); drop it or add --requests")
+        return
+    if args.out is None:
+        raise UserError("--requests needs --out RESULTS.jsonl (where the results go, one line per request)")
+    for flag, value in (("--num-samples", args.num_samples), ("--prompt", args.prompt), ("--infill", args.infill)):
+        if value is not None:
+            raise UserError(f"{flag} does not apply with --requests (each request gives its own); drop it")
+    require_at_least("--batch-size", args.batch_size, 1, "the requests sampled together")
+    check_writable(args.out, "--out", force=True)  # an existing file is the one to go on with
+
+
+def run_requests(args, device, dtype) -> int:
+    """`aogpt sample --requests FILE --out RESULTS`: every request checked (no weights), the ones not yet in
+    RESULTS sampled in batches, each result written as soon as the ones before it are."""
+    import time
+
+    from tqdm import tqdm
+
+    from ..devices import device_name, print_json
+    from ..errors import Interrupted
+    from ..model_dir import load_model_dir, read_config
+    from .request import SampleRequest, check_requests, sample_batches
+    from .requests_file import OrderedResults, read_requests
+
+    config = read_config(args.model)
+    tokenizer = None
+
+    def encode(text: str) -> list[int]:
+        nonlocal tokenizer
+        if tokenizer is None:
+            tokenizer = config.build_tokenizer(args.model, check_vocab=False)
+        return tokenizer.encode(text)
+
+    requests = read_requests(args.requests)
+    base = SampleRequest.from_args(args, num_samples=None)
+
+    def plan(request, spell=flag_name):
+        return request.plan(config.model_args, encode, device, dtype, spell)
+
+    check_requests(requests, base, plan, args.requests)
+    longest = max(r.fields.get("length") or base.length or config.model_args.max_seq_len for r in requests)
+    batch_plan = plan(SampleRequest.from_args(args, num_samples=args.batch_size, length=longest))
+    check_fits(config.model_args, batch_plan, device, dtype, flag="--batch-size")
+    results = OrderedResults(args.out, len(requests))
+    todo = [r for r in requests if r.index not in results.done]
+    if results.done:
+        _say(
+            f"{args.out}: {len(results.done)} of {len(requests)} results already there; sampling the other {len(todo)}"
+        )
+    model_dir = load_model_dir(args.model, device=device, dtype=dtype, verify=args.verify)
+    decode = model_dir.tokenizer(check_vocab=False).decode
+    fixed = batch_plan.choices.graphs != "off"  # the static step keeps one batch shape
+    bar = tqdm(total=len(requests), initial=len(results.done), unit="req", desc="requests", disable=args.no_progress)
+    started, sampled, tokens, sampling_seconds, compile_seconds = time.perf_counter(), 0, 0, 0.0, 0.0
+    try:
+        for group, samples in sample_batches(model_dir.model, todo, base, plan, decode, args.batch_size, fixed):
+            result = samples.result
+            for b, request in enumerate(group):
+                row = result.sample_tokens(b)
+                seed = request.seeded(base.seed)["seed"]
+                results.add(request.index, {"text": samples.texts[b], "tokens": row, "seed": seed, "length": len(row)})
+                tokens += len(row) - int(result.given[b])
+            sampled += len(group)
+            sampling_seconds += result.seconds - result.compile_seconds
+            compile_seconds += result.compile_seconds
+            bar.update(len(group))
+            bar.set_postfix_str(f"{tokens / max(sampling_seconds, 1e-9):.1f} tokens/s")  # tqdm shows req/s
+    except KeyboardInterrupt as e:
+        detail = (
+            f"{results.written} of {len(requests)} results are in {args.out!r}; the same command goes on from there"
+        )
+        raise Interrupted(getattr(e, "signum", signal.SIGINT), detail) from None
+    finally:
+        bar.close()
+        results.close()
+    elapsed = time.perf_counter() - started
+    summary = {
+        "requests": len(requests),
+        "sampled": sampled,
+        "already_done": len(requests) - len(todo),
+        "generated_tokens": tokens,
+        "seconds": round(elapsed, 3),
+        "sampling_seconds": round(sampling_seconds, 3),
+        "compile_seconds": round(compile_seconds, 3),
+        "requests_per_second": round(sampled / max(elapsed, 1e-9), 3),
+        "tokens_per_second": round(tokens / max(sampling_seconds, 1e-9), 3),
+        "batch_size": args.batch_size,
+        "graphs": batch_plan.choices.graphs,
+        "device": device_name(device),
+        "out": args.out,
+    }
+    _say(
+        f"{sampled} requests sampled ({summary['already_done']} already in {args.out}) in {elapsed:.1f} s: "
+        f"{summary['requests_per_second']} requests/s, {summary['tokens_per_second']} tokens/s"
+        + (f" (compiling the step took {compile_seconds:.1f} s more)" if compile_seconds else "")
+        + f" on {device_name(device)}"
+    )
+    if args.json:
+        print_json(summary)
+    return 0
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)

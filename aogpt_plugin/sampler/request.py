@@ -9,6 +9,8 @@ A batch's samples may each ask for something else: `prompt`, `infill`, `length`,
 one value for every sample or a list with one per sample (`from_requests` builds such a request from
 request objects, a requests file's lines), and a sample's tokens depend on its own options and seed
 only. The other options (steps, schedule, counts, temperature, top_p, top_k) are the batch's.
+`sample_batches` samples many requests (`aogpt sample --requests`, the harnesses) in fixed-size batches;
+`check_requests` plans each one alone first, so a bad one is named before any sampling.
 
 `plan` checks every option against the model's args (positions, vocabulary), turns text spans into
 token ids and decides, once, what the run runs with on `device` (choices.py: how each step runs, the
@@ -27,18 +29,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..errors import UserError, flag_name
+from ..errors import UserError, flag_name, keyword_name
+from .requests_file import PER_RUN, PER_SAMPLE, batches
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     import torch
 
     from ..model import AOGPT, AOGPTModelArgs
     from .choices import SamplerChoices
     from .generation import GenerationResult, SampleConfig
     from .prompt import Prompt
-
-PER_SAMPLE = ("prompt", "infill", "seed", "length", "order")  # may differ between the samples of one batch
-PER_RUN = ("steps", "schedule", "counts", "temperature", "top_p", "top_k")  # one value per batch
+    from .requests_file import RequestLine
 
 
 def _is_int(value) -> bool:
@@ -145,10 +148,19 @@ class SampleRequest:
     @classmethod
     def from_requests(cls, items: list[dict], **given) -> SampleRequest:
         """One batch from request objects (a requests file's lines: per-sample fields and run options):
-        each per-sample field a list with one value per item (None where an item leaves it out); a run
-        option every item gives must be the same in all of them. `given` fills the rest (a seed s gives
-        item i without its own seed s + i)."""
+        each per-sample field a list with one value per item; a run option every item gives must be the
+        same in all of them. `given` fills what the items leave out (a seed s gives item i without its
+        own seed s + i); one that gives a prompt or infill for every sample is refused."""
         request = cls(**given)
+        for item in items:
+            unknown = sorted(set(item) - set(PER_SAMPLE) - set(PER_RUN))
+            if unknown:
+                raise UserError(
+                    f"a request has no field {unknown[0]!r}; allowed: {', '.join(PER_SAMPLE + PER_RUN)}", unknown[0]
+                )
+        for name in ("prompt", "infill", "num_samples"):
+            if given.get(name) is not None:
+                raise UserError(f"{name} is given for every sample and the requests give one each; drop it", name)
         base_seed = request.seed if _is_int(request.seed) else 0
         for name in PER_RUN:
             values = {repr(item[name]) for item in items if item.get(name) is not None}
@@ -161,9 +173,12 @@ class SampleRequest:
             if values:
                 setattr(request, name, next(item[name] for item in items if item.get(name) is not None))
         for name in PER_SAMPLE:
+            default = getattr(request, name)
             values = [item.get(name) for item in items]
             if name == "seed":
                 values = [base_seed + i if v is None else v for i, v in enumerate(values)]
+            elif default is not None:
+                values = [default if v is None else v for v in values]
             if any(v is not None for v in values):
                 setattr(request, name, values)
         request.num_samples = len(items)
@@ -201,7 +216,7 @@ class SampleRequest:
                     raise UserError(
                         f"length={n_b} is outside the model's positions; allowed: 1..{model_args.max_seq_len}"
                     )
-        prompts = tuple(self._prompt(b, lengths[b], encode, model_args.vocab_size, spell) for b in rows)
+        prompts = tuple(self._prompt(b, batch, lengths[b], encode, model_args.vocab_size, spell) for b in rows)
         seeds = tuple(self._per_sample("seed", batch)) if isinstance(self.seed, list) else None
         orders = self.order if isinstance(self.order, (str, torch.Tensor)) else self._per_sample("order", batch)
         named = orders if isinstance(orders, str) else "random"
@@ -247,14 +262,16 @@ class SampleRequest:
         sizes = {name: len(v) for name in PER_SAMPLE if isinstance(v := self._listed(name), list)}
         if self.num_samples is not None and self.num_samples < 1:
             raise UserError(f"num_samples={self.num_samples} must be >= 1", "num_samples")
-        expected = self.num_samples if self.num_samples is not None else next(iter(sizes.values()), 1)
+        first = next(iter(sizes), None)
+        expected = self.num_samples if self.num_samples is not None else sizes.get(first, 1)
         for name, size in sizes.items():
             if size != expected:
-                what = f"{spell('num_samples')} {expected}" if self.num_samples is not None else "the other lists"
-                raise UserError(
-                    f"{spell(name)} has {size} items and {what} {expected} samples; allowed: one value, or one per sample",
-                    name,
+                what = (
+                    f"for {spell('num_samples')} {expected}"
+                    if self.num_samples is not None
+                    else f"and {spell(first)} has {expected}"
                 )
+                raise UserError(f"{spell(name)} has {size} items {what}; allowed: one value, or one per sample", name)
         return expected
 
     def _listed(self, name: str):
@@ -276,13 +293,14 @@ class SampleRequest:
         listed = self._listed(name)
         return listed[b] if listed is not None else getattr(self, name)
 
-    def _prompt(self, b: int, length: int, encode, vocab_size: int, spell: Callable[[str], str]) -> Prompt:
-        """Sample b's given tokens: its `prompt` (at position 0) and `infill` spans, checked against its length."""
+    def _prompt(self, b: int, batch: int, length: int, encode, vocab_size: int, spell: Callable[[str], str]) -> Prompt:
+        """Sample b of `batch`'s given tokens: its `prompt` (at position 0) and `infill` spans, checked against
+        its length."""
         from .prompt import PromptBuilder, parse_infill
 
         builder = PromptBuilder()
         prompt, infill = self._item("prompt", b), self._item("infill", b)
-        of = f" (sample {b})" if any(isinstance(self._listed(n), list) for n in ("prompt", "infill")) else ""
+        of = f" (sample {b})" if batch > 1 and any(self._listed(n) is not None for n in ("prompt", "infill")) else ""
         with about("prompt"):
             if prompt is not None:
                 if not prompt:
@@ -356,3 +374,41 @@ def run_plan(model: AOGPT, plan: SamplePlan, decode: Callable[[list[int]], str],
         result = generate(model, config, plan.prompts, order=plan.order, progress=progress, choices=choices)
     texts = [decode(result.sample_tokens(b)) for b in range(config.num_samples)]
     return Samples(result.tokens, texts, result, speculative)
+
+
+def check_requests(
+    requests: list[RequestLine], base: SampleRequest, plan: Callable[..., SamplePlan], path: str
+) -> None:
+    """Every request planned alone against the model (no weights): the first bad one is one UserError naming
+    `path`, its line and the field (spelled as the request spells it), before any sampling. `base`: the
+    options the requests leave out; `plan(request, spell)`: its checked plan."""
+    base_seed = base.seed if isinstance(base.seed, int) else 0
+    for request in requests:
+        try:
+            plan(SampleRequest.from_requests([request.seeded(base_seed)], **_options(base)), keyword_name)
+        except UserError as e:
+            raise UserError(f"{request.where(path, e.field)}: {e}", e.field) from None
+
+
+def _options(request: SampleRequest) -> dict:
+    return {f.name: getattr(request, f.name) for f in dataclasses.fields(request)}
+
+
+def sample_batches(
+    model: AOGPT,
+    requests: list[RequestLine],
+    base: SampleRequest,
+    plan: Callable[[SampleRequest], SamplePlan],
+    decode: Callable[[list[int]], str],
+    size: int,
+    fixed_shape: bool = False,
+) -> Iterator[tuple[list[RequestLine], Samples]]:
+    """The requests sampled `size` at a time (`batches`): yields each batch's requests and its Samples, row b
+    of which is the batch's request b. `base`: the options the requests leave out; `plan`: a request's
+    checked plan. `fixed_shape`: a short batch is padded to `size` with copies of its first request (their
+    results dropped), so a static step keeps one batch shape (its buffers, its graphs)."""
+    base_seed = base.seed if isinstance(base.seed, int) else 0
+    for group in batches(requests, size):
+        rows = group + [group[0]] * (size - len(group)) if fixed_shape else group
+        batch = SampleRequest.from_requests([r.seeded(base_seed) for r in rows], **_options(base))
+        yield group, run_plan(model, plan(batch), decode)

@@ -6,11 +6,16 @@ and `order`, and the options of its run (`steps`, `schedule`, `counts`, `tempera
 which only requests that agree on them can share a batch. Every line is read and checked before any
 sampling: a bad one is one error naming the file, its line number and the field.
 
+The requests are sampled in batches of a fixed size (request.sample_batches): a batch mixes prompts, infill
+spans, lengths, orders and seeds freely, and a request's tokens depend on its own fields and seed only
+(a request without a seed is seeded `--seed` + its index), so they do not depend on the batch size.
+The harnesses (`aogpt lm-eval`'s generate_until, genppl) sample through the same batches.
+
 The results file is written a line at a time, flushed, in the order of the requests (a result that
 finishes early waits for the ones before it), each line with the request's `index` (its line among the
-requests, from 0). A run stopped by Ctrl-C, SIGTERM or a crash leaves a prefix of complete lines (a
-last line cut mid-write is dropped on the next open); run again with the same `--out`, it keeps them and
-samples the rest.
+requests, from 0). A line is written whole or not at all (Ctrl-C and SIGTERM wait for it); a run
+stopped any other way leaves a prefix of complete lines (a last line cut mid-write is dropped on the
+next open). Run again with the same `--out`: it keeps them and samples the rest.
 """
 
 from __future__ import annotations
@@ -19,13 +24,13 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from ..errors import UserError
+from ..errors import UserError, signals_deferred
 
 PER_SAMPLE = ("prompt", "infill", "seed", "length", "order")  # may differ between the samples of one batch
 PER_RUN = ("steps", "schedule", "counts", "temperature", "top_p", "top_k")  # one value per batch
-TYPES = {
+TYPES = {  # a request's fields (a SampleRequest's PER_SAMPLE and PER_RUN ones) and the JSON types each takes
     "prompt": (str,),
-    "infill": (str, dict),
+    "infill": (str, dict, list),
     "seed": (int,),
     "length": (int,),
     "order": (str, list),
@@ -41,10 +46,11 @@ _TYPE_WORDS = {str: "a string", dict: "an object", int: "an integer", float: "a 
 
 @dataclass
 class RequestLine:
-    """One request: its `index` among the requests (0-based), its line number in the file, and its fields."""
+    """One request: its `index` among the requests (0-based), its line number in the file (None: a request
+    made in memory, a harness's), and its fields."""
 
     index: int
-    line: int
+    line: int | None
     fields: dict = field(default_factory=dict)
 
     def run_key(self) -> tuple:
@@ -52,7 +58,12 @@ class RequestLine:
         return tuple(self.fields.get(k) for k in PER_RUN)
 
     def where(self, path: str, name: str | None = None) -> str:
-        return f"{path} line {self.line}" + (f", field {name!r}" if name else "")
+        place = f"{path} line {self.line}" if self.line is not None else f"{path} {self.index}"
+        return place + (f", field {name!r}" if name else "")
+
+    def seeded(self, base_seed: int) -> dict:
+        """Its fields with its seed: its own, else base_seed + its index (whatever batch it lands in)."""
+        return {**self.fields, "seed": self.fields.get("seed", base_seed + self.index)}
 
 
 def read_requests(path: str) -> list[RequestLine]:
@@ -136,14 +147,17 @@ class OrderedResults:
         return done
 
     def add(self, index: int, record: dict) -> None:
+        """Record request `index`'s result; every line whose turn has come is written whole (a Ctrl-C or
+        SIGTERM waits for it, then stops the command: Interrupted)."""
         self._waiting[index] = record
-        while self._next in self._waiting:
-            line = json.dumps({"index": self._next, **self._waiting.pop(self._next)})
-            self._file.write(line + "\n")
-            self._file.flush()
-            os.fsync(self._file.fileno())
-            self.done.add(self._next)
-            self._next += 1
+        with signals_deferred(f"{self.path!r} holds complete results; the same command goes on from there"):
+            while self._next in self._waiting:
+                line = json.dumps({"index": self._next, **self._waiting.pop(self._next)})
+                self._file.write(line + "\n")
+                self._file.flush()
+                os.fsync(self._file.fileno())
+                self.done.add(self._next)
+                self._next += 1
 
     @property
     def written(self) -> int:

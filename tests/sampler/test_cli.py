@@ -176,3 +176,135 @@ def test_graphs_on_samples_what_graphs_off_samples(capsys, model_dir, extra):
     assert records["on"]["tokens"] == records["off"]["tokens"]
     assert records["on"]["forward_passes"] == records["off"]["forward_passes"]
     assert records["on"]["graphs"] == "on"
+
+
+# ---- many requests: --requests FILE --out RESULTS ----------------------------------------------
+REQUESTS = [
+    {"prompt": "5 6 7", "length": 20},
+    {"infill": {"spans": [{"start": 3, "tokens": [9, 10]}]}, "length": 16, "seed": 42},
+    {},
+    {"order": "l2r", "length": 12},
+    {"prompt": "1", "length": 10, "order": "l2r"},
+    {"infill": [{"start": 0, "text": "3 4"}, {"start": 8, "tokens": [2]}], "length": 14},
+    {"temperature": 0.7, "length": 11},
+]
+
+
+@pytest.fixture(scope="module")
+def symbols_dir(tmp_path_factory):
+    """A model whose tokenizer reads integers (symbols:61), so request prompts are text."""
+    path = tmp_path_factory.mktemp("cli") / "symbols"
+    save_model(tiny_model("adaln", max_seq_len=24, preset="sampler"), str(path), tokenizer="symbols:61")
+    return str(path)
+
+
+def write_requests(path, requests=REQUESTS) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in requests))
+    return str(path)
+
+
+def run_requests(capsys, model, requests, out, *extra):
+    argv = ["sample", "--model", model, "--requests", requests, "--out", str(out), "--no-progress", *extra]
+    return run_cli(capsys, argv)
+
+
+def test_requests_give_each_request_what_aogpt_sample_gives_it_alone(capsys, tmp_path, symbols_dir):
+    """One result a line in input order; line i holds the tokens `aogpt sample` draws for request i alone
+    (its options as flags, its seed its own or --seed + i), whatever the batch size."""
+    requests = write_requests(tmp_path / "r.jsonl")
+    out_file = tmp_path / "out.jsonl"
+    code, out, err = run_requests(
+        capsys, symbols_dir, requests, out_file, "--batch-size", "3", "--seed", "100", "--json"
+    )
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["requests"] == summary["sampled"] == 7 and summary["tokens_per_second"] > 0
+    assert "7 requests sampled (0 already in" in err and "requests/s" in err and "tokens/s" in err
+    results = [json.loads(line) for line in out_file.read_text().splitlines()]
+    assert [r["index"] for r in results] == list(range(7))
+    for i, (request, result) in enumerate(zip(REQUESTS, results, strict=True)):
+        flags = ["--seed", str(request.get("seed", 100 + i)), "--length", str(request.get("length", 24))]
+        for key in ("prompt", "order", "temperature"):
+            flags += [f"--{key}", str(request[key])] if key in request else []
+        if "infill" in request:
+            spans = request["infill"]
+            flags += ["--infill", json.dumps(spans if isinstance(spans, dict) else {"spans": spans})]
+        code, alone, err = run_cli(capsys, ["sample", "--model", symbols_dir, "--json", "--no-progress", *flags])
+        assert code == 0, err
+        assert json.loads(alone)["tokens"][0] == result["tokens"], i
+        assert result["seed"] == request.get("seed", 100 + i) and result["length"] == len(result["tokens"])
+    assert results[0]["tokens"][:3] == [5, 6, 7] and results[1]["tokens"][3:5] == [9, 10]
+
+
+def test_the_batch_size_and_graphs_mode_do_not_change_the_results(capsys, tmp_path, symbols_dir):
+    requests = write_requests(tmp_path / "r.jsonl")
+    files = {}
+    for name, extra in (("b1", ["--batch-size", "1"]), ("b4", ["--batch-size", "4"]), ("static", ["--graphs", "static", "--batch-size", "4"])):  # fmt: skip
+        files[name] = tmp_path / f"{name}.jsonl"
+        code, _, err = run_requests(capsys, symbols_dir, requests, files[name], "--seed", "100", *extra)
+        assert code == 0, err
+    assert files["b1"].read_text() == files["b4"].read_text() == files["static"].read_text()
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--out", "x.jsonl"], "--out applies with --requests FILE.jsonl"),
+        (["--requests", "r.jsonl"], "--requests needs --out RESULTS.jsonl"),
+        (["--requests", "r.jsonl", "--out", "o.jsonl", "--prompt", "1"], "--prompt does not apply with --requests"),
+        (["--requests", "r.jsonl", "--out", "o.jsonl", "--num-samples", "2"], "--num-samples does not apply"),
+        (["--requests", "r.jsonl", "--out", "o.jsonl", "--batch-size", "0"], "--batch-size 0: the requests sampled"),
+        (["--requests", "r.jsonl", "--out", "."], "--out '.' is a folder"),
+    ],
+)
+def test_bad_request_flags_are_one_line(capsys, tmp_path, monkeypatch, broken_weights_dir, extra, message):
+    monkeypatch.chdir(tmp_path)
+    write_requests(tmp_path / "r.jsonl")
+    code, out, err = run_cli(capsys, ["sample", "--model", broken_weights_dir, *extra])
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and message in err, err
+
+
+def test_a_bad_request_line_is_one_error_before_the_weights_are_read(capsys, tmp_path, broken_weights_dir):
+    """The weights of this folder cannot be read: the error is the request's, so nothing was loaded."""
+    requests = write_requests(tmp_path / "r.jsonl", [{"length": 8}, {"length": 8}, {"steps": 9, "length": 8}])
+    code, out, err = run_requests(capsys, broken_weights_dir, requests, tmp_path / "out.jsonl")
+    assert code == 2 and out == ""
+    assert err.strip().splitlines() == [
+        f"error: {requests} line 3, field 'steps': steps=9 is outside the allowed range 1..8 (positions to generate)"
+    ]
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_a_run_stopped_by_sigterm_resumes_to_the_uninterrupted_output(capsys, tmp_path, symbols_dir):
+    """SIGTERM after a few results: one line, exit 143, complete lines only; the same command then writes the
+    rest, and the file equals an uninterrupted run's."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT
+
+    requests = write_requests(tmp_path / "r.jsonl", [{"seed": i, "length": 24} for i in range(60)])
+    whole = tmp_path / "whole.jsonl"
+    assert run_requests(capsys, symbols_dir, requests, whole, "--batch-size", "2")[0] == 0
+    out = tmp_path / "out.jsonl"
+    cmd = [sys.executable, "-m", "aogpt_plugin.cli", "sample", "--model", symbols_dir, "--requests", requests]
+    cmd += ["--out", str(out), "--batch-size", "2", "--no-progress"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if out.exists() and out.read_text().count("\n") >= 4:
+            proc.send_signal(signal.SIGTERM)
+            break
+        time.sleep(0.02)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    kept = out.read_text()
+    assert err.strip().splitlines()[-1].startswith("error: stopped by SIGTERM; ") and "results are in" in err
+    assert kept.endswith("\n") and 4 <= kept.count("\n") < 60
+    code, _, err = run_requests(capsys, symbols_dir, requests, out, "--batch-size", "2")
+    assert code == 0 and f"already in {out}" in err
+    assert out.read_text() == whole.read_text()

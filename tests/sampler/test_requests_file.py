@@ -3,12 +3,23 @@ requests that share their run options, and a results file written in input order
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
+import torch
 
 from aogpt_plugin.errors import UserError
-from aogpt_plugin.sampler.requests_file import OrderedResults, batches, read_requests
+from aogpt_plugin.sampler.request import SampleRequest, check_requests, sample_batches
+from aogpt_plugin.sampler.requests_file import (
+    PER_RUN,
+    PER_SAMPLE,
+    TYPES,
+    OrderedResults,
+    RequestLine,
+    batches,
+    read_requests,
+)
 
 
 def write_lines(path, lines) -> str:
@@ -96,3 +107,66 @@ def test_a_results_file_of_other_requests_is_refused_and_left_as_it_was(tmp_path
     with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
         OrderedResults(str(out), total=total)
     assert out.read_text() == content
+
+
+def test_a_request_line_takes_the_fields_of_a_sample_request():
+    """The file's fields are the request path's: per-sample ones and the batch's run options, each once."""
+    assert set(TYPES) == set(PER_SAMPLE) | set(PER_RUN) and not set(PER_SAMPLE) & set(PER_RUN)
+    fields = {f.name for f in dataclasses.fields(SampleRequest)}
+    assert set(TYPES) <= fields
+
+
+def _plan(model):
+    from aogpt_plugin.errors import flag_name
+
+    def plan(request, spell=flag_name):
+        return request.plan(model.model_args, lambda text: [int(t) for t in text.split()], "cpu", torch.float32, spell)
+
+    return plan
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ({"length": 41}, "line 2, field 'length': length=41 is outside the model's positions; allowed: 1..40"),
+        ({"prompt": "5 6", "length": 2}, "line 2, field 'prompt': prompt has 2 tokens, and length=2 leaves no"),
+        ({"infill": {"spans": [{"start": 50, "tokens": [1]}]}}, "line 2, field 'infill': given position 50 is outside"),
+        ({"infill": [{"start": 0, "tokens": [61]}]}, "line 2, field 'infill': token id 61 is outside the vocabulary"),
+        ({"steps": 30, "length": 10}, "line 2, field 'steps': steps=30 is outside the allowed range 1..10"),
+        ({"order": [1, 2]}, r"line 2, field 'order': order has shape \(2,\); allowed: \(40,\)"),
+        ({"order": "r2l"}, "line 2, field 'order': order='r2l' is not supported"),
+        ({"top_p": 1.5}, r"line 2, field 'top_p': top_p=1.5 is outside the allowed range \(0, 1\]"),
+        ({"prompt": ""}, "line 2, field 'prompt': prompt is empty"),
+        ({"infill": "{bad"}, "line 2, field 'infill': infill is not valid JSON"),
+    ],
+)
+def test_every_bad_value_is_one_error_naming_its_line_and_field(tmp_path, ao_model, line, message):
+    path = write_lines(tmp_path / "r.jsonl", [{"seed": 0}, line, {"seed": 2}])
+    base = SampleRequest()
+    with pytest.raises(UserError, match=f"^{tmp_path}/r.jsonl " + message) as info:
+        check_requests(read_requests(path), base, _plan(ao_model), path)
+    assert info.value.field in line
+
+
+def test_requests_that_differ_only_in_run_options_go_to_separate_batches_and_keep_their_tokens(ao_model):
+    """sample_batches: row b of each batch is its request; a request's tokens are its own whatever the batch
+    size, and a short batch padded to a fixed shape gives its requests the same tokens."""
+    requests = [
+        RequestLine(i, None, fields)
+        for i, fields in enumerate(
+            [{"prompt": "5 6", "length": 12}, {"length": 9, "seed": 40}, {"top_k": 5}, {"order": "l2r", "length": 7}]
+        )
+    ]
+    base = SampleRequest(seed=3)
+
+    def tokens_by_request(size, fixed=False):
+        out = {}
+        for group, samples in sample_batches(ao_model, requests, base, _plan(ao_model), str, size, fixed):
+            assert samples.tokens.shape[0] == (size if fixed else len(group))
+            out.update({r.index: samples.result.sample_tokens(b) for b, r in enumerate(group)})
+        return out
+
+    one = tokens_by_request(1)
+    assert one == tokens_by_request(3) == tokens_by_request(3, fixed=True)
+    assert [len(one[i]) for i in range(4)] == [12, 9, 40, 7] and one[0][:2] == [5, 6]
+    assert one[1] != one[0][: len(one[1])]
