@@ -20,6 +20,8 @@ the device default auto, the machine's, instead of lm_eval's cuda:0). Any other 
                          the same orders per (window, draw), so the two agree on the same text.
   generate_until         the sampler (T = tokens to generate): left to right, or any order after the
                          context with order=random; greedy (top-k 1) unless do_sample; stops honoured.
+                         Requests are sampled batch_size at a time, request i seeded seed + i: its
+                         text is the same at any batch size.
 """
 
 from __future__ import annotations
@@ -195,29 +197,49 @@ class AOGPTLM(LM):
     # ---- generation --------------------------------------------------------------------------------
     @torch.inference_mode()
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
-        from ..sampler import Prompt, SampleConfig, SamplingParams, generate
+        """Every request a sample of its own (its context given at positions 0.., T = its new tokens, seeded
+        seed + its index), sampled `batch_size` at a time through the sampler's batched requests
+        (sampler/request.py): a request's text does not depend on the batch size or its neighbours."""
+        from ..sampler import RequestLine, SampleRequest, sample_batches
+        from ..sampler.choices import resolve_choices
 
-        out = []
-        for i, req in enumerate(tqdm(requests, disable=disable_tqdm, desc="generate_until")):
+        lines, stops = [], []
+        for i, req in enumerate(requests):
             context, kwargs = req.args
             kwargs = dict(kwargs or {})
             until = kwargs.pop("until", None) or []
-            until = [until] if isinstance(until, str) else list(until)
+            stops.append([until] if isinstance(until, str) else list(until))
             new = int(kwargs.pop("max_gen_toks", self.max_gen_toks))
             sample = bool(kwargs.pop("do_sample", False)) and float(kwargs.get("temperature", 1.0) or 0) > 0
-            sampling = (
-                SamplingParams(float(kwargs.get("temperature", 1.0)), float(kwargs.get("top_p", 1.0)))
-                if sample
-                else SamplingParams(top_k=1)  # greedy
-            )
+            if sample:
+                fields = {
+                    "temperature": float(kwargs.get("temperature", 1.0)),
+                    "top_p": float(kwargs.get("top_p", 1.0)),
+                }
+            else:
+                fields = {"top_k": 1}  # greedy
             ctx = self.tok.encode(context) if context else []
             new = max(1, min(new, self.max_length - 1))
             ctx = ctx[max(0, len(ctx) - (self.max_length - new)) :]
-            length = len(ctx) + new
-            prompt = Prompt(tuple(range(len(ctx))), tuple(ctx))
-            config = SampleConfig(length=length, steps=new, order=self.order, sampling=sampling, seed=self.seed + i)
-            tokens = generate(self.model, config, prompt).tokens[0, len(ctx) :].tolist()
-            text = self.tok.decode(tokens)
-            cut = min((text.find(s) for s in until if s and s in text), default=len(text))
-            out.append(text[:cut])
+            fields["length"] = len(ctx) + new
+            if ctx:
+                fields["infill"] = {"spans": [{"start": 0, "tokens": ctx}]}
+            lines.append(RequestLine(i, None, fields))
+        base = SampleRequest(order=self.order, seed=self.seed)
+        dtype = self.model.tok_embeddings.weight.dtype
+
+        def plan(request):
+            return request.plan(self.model.model_args, None, self._device, dtype)
+
+        fixed = resolve_choices(base.graphs, base.backend, "auto", self._device, dtype).graphs != "off"
+        out: list[str | None] = [None] * len(requests)
+        bar = tqdm(total=len(requests), disable=disable_tqdm, desc="generate_until")
+        for group, samples in sample_batches(self.model, lines, base, plan, self.tok.decode, self.batch_size, fixed):
+            for b, line in enumerate(group):
+                given = int(samples.result.given[b])
+                text = self.tok.decode(samples.result.sample_tokens(b)[given:])
+                cut = min((text.find(s) for s in stops[line.index] if s and s in text), default=len(text))
+                out[line.index] = text[:cut]
+            bar.update(len(group))
+        bar.close()
         return out

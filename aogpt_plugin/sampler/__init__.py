@@ -8,6 +8,9 @@ Pure PyTorch -- importing or running it pulls in no torchtitan and needs no proc
     model = load_model_dir("out/aogpt-small").model
     result = generate(model, SampleConfig(length=256, steps=64, num_samples=4, seed=0))
     exact, stats = speculative_generate(model, SampleConfig(length=256, num_samples=4), draft="auto")
+
+Each sample of a batch may have its own prompt, length, order and seed (SampleConfig.lengths / seeds, one
+Prompt per sample); `SampleRequest` and `sample_batches` (request.py) run many such requests in batches.
 """
 
 import importlib
@@ -27,6 +30,10 @@ _EXPORTS = {  # name: module that defines it (imported on first use: `aogpt samp
     "sample_tokens": "sampling",
     "SpeculativeStats": "speculative",
     "speculative_generate": "generation",
+    "SampleRequest": "request",
+    "check_requests": "request",
+    "sample_batches": "request",
+    "RequestLine": "requests_file",
 }
 __all__ = list(_EXPORTS)
 

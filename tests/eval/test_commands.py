@@ -199,6 +199,23 @@ def test_genppl_samples_from_a_model_then_scores_them(capsys, tmp_path, model_di
     assert from_file["sample_ppls"] == pytest.approx(rec["sample_ppls"], rel=1e-6)
 
 
+def test_genppl_samples_do_not_depend_on_the_batch_size(capsys, tmp_path, model_dir):
+    """Sample i is seeded --seed + i in whatever batch it is drawn: --batch-size 1 and 3 save the same samples,
+    the same as one `aogpt sample --num-samples 5` with the same seed; --seed 2 draws other ones."""
+    saved = {}
+    for batch in ("1", "3"):
+        saved[batch] = tmp_path / f"b{batch}.json"
+        argv = ["eval", "genppl", "--model", model_dir, "--scorer", model_dir, "--num-samples", "5", "--length", "12"]
+        run_json(
+            capsys, [*argv, "--steps", "3", "--batch-size", batch, "--seed", "1", "--save-samples", str(saved[batch])]
+        )
+    tokens = [json.loads(saved[b].read_text())["tokens"] for b in ("1", "3")]
+    assert tokens[0] == tokens[1] and len(tokens[0]) == 5
+    sample = ["sample", "--model", model_dir, "--num-samples", "5", "--length", "12", "--steps", "3", "--no-progress"]
+    assert run_json(capsys, [*sample, "--seed", "1"])["tokens"] == tokens[0]
+    assert run_json(capsys, [*sample, "--seed", "2"])["tokens"][:4] == tokens[0][1:]  # sample i: seed 1 + i
+
+
 def test_genppl_scores_speculative_samples(capsys, model_dir):
     argv = ["eval", "genppl", "--model", model_dir, "--scorer", model_dir, "--num-samples", "3"]
     argv += ["--length", "16", "--speculative", "auto", "--batch-size", "2", "--seed", "1"]

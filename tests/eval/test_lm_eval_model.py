@@ -157,6 +157,40 @@ def test_local_lambada_task_runs_offline_through_aogpt_lm_eval(tmp_path, model_d
     assert 0.0 <= results["acc,none"] <= 1.0 and results["perplexity,none"] > 1.0
 
 
+def _cloze_responses(tmp_path, model_dir, name: str, *extra: str) -> tuple[dict, list]:
+    """`aogpt lm-eval` on 8 documents of the local LAMBADA cloze task (generate_until): its results and each
+    document's generated responses (--log_samples)."""
+    task = (ROOT / "lm_eval_tasks" / "lambada_local_cloze.yaml").read_text()
+    (tmp_path / "tasks").mkdir(exist_ok=True)
+    task_file = tmp_path / "tasks" / "lambada_local_cloze.yaml"
+    task_file.write_text(task.replace("../shared/data/lambada", str(SHARED_DATA / "lambada")))
+    out = tmp_path / name
+    argv = ["lm-eval", "--model", "aogpt", "--model_args", f"pretrained={model_dir}", "--tasks", "lambada_local_cloze"]
+    argv += ["--include_path", str(task_file.parent), "--limit", "8", "--output_path", str(out), "--log_samples"]
+    assert main([*argv, *extra]) == 0
+    files = [os.path.join(d, f) for d, _, fs in os.walk(out) for f in fs]
+    (results,) = [json.loads(open(f).read())["results"]["lambada_local_cloze"] for f in files if "results_" in f]
+    (samples,) = [[json.loads(line) for line in open(f)] for f in files if "samples_" in f]
+    return results, [sample["resps"] for sample in sorted(samples, key=lambda x: x["doc_id"])]
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "lambada" / "lambada_test.jsonl").exists(), reason="needs ../shared/data")
+def test_generate_until_batched_gives_the_scores_and_texts_of_batch_1(tmp_path, model_dir, monkeypatch):
+    """The cloze task through `aogpt lm-eval`, sampled (--gen_kwargs): at --batch_size 4 every document gets
+    the text it gets at --batch_size 1, so the scores are equal; another seed samples other texts (the
+    comparison can fail)."""
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    sampled = ["--gen_kwargs", "do_sample=True,temperature=1.0"]
+    one = _cloze_responses(tmp_path, model_dir, "b1", "--batch_size", "1", *sampled)
+    four = _cloze_responses(tmp_path, model_dir, "b4", "--batch_size", "4", *sampled)
+    assert one == four
+    responses = one[1]
+    assert len(responses) == 8 and all(r[0][0].strip() for r in responses)  # every document generated text
+    _, reseeded = _cloze_responses(tmp_path, f"{model_dir},seed=1", "reseeded", "--batch_size", "4", *sampled)
+    assert reseeded != responses
+
+
 @pytest.mark.parametrize(
     ("model_args", "message"),
     [
