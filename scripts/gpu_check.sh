@@ -22,7 +22,8 @@
 # The sampler part (issue 33; at most 7 minutes on one H100, each step under its own timeout): the CUDA tests of
 # the graphed static step (tests/gpu/test_graphed_sampler.py), then `aogpt bench sampler --graphs on` for small at
 # n=1024 with batch 1 and 32 (each with --step-profile: the kernels of 8 replayed T=n steps, OUTDIR/step_profile_*.json)
-# and at n=256 with batch 32; sampler_compile (at most 3.5 minutes): `--graphs compile --T n` at n=1024, batch 32,
+# and at n=256 with batch 32, then `aogpt bench requests` (issue 43: 256 mixed requests, batches of 1, 8 and 32;
+# OUTDIR/bench_requests.json); sampler_compile (at most 3.5 minutes): `--graphs compile --T n` at n=1024, batch 32,
 # with its --step-profile too:
 #   GPU_CHECK_PARTS="sampler sampler_compile" bash scripts/gpu_check.sh "$OUT"
 #   python scripts/update_benchmarks_doc.py OUT/bench_graphs_*.json
@@ -112,18 +113,23 @@ if [ "$MODE" = gpu ]; then
     want bench && for batch in 1 8 32; do
         step "bench_sampler_b$batch" sh -c "$AOGPT_Q bench sampler --flavor small --n 256 --batch $batch --repeats 3 --json > $OUT/bench_sampler_b$batch.json"
     done
-    # The sampler part (issue 33): 150+70+150+50 s of timeouts (+5 s grace each) = 7.3 minutes at most (on an
-    # H200, 2026-11-27: 85 s of tests, 32 s for batch 1; batch 32 needs about 130 s, 70 of them the encoder);
+    # The sampler part (issues 33, 43): 120+55+150+50+40 s of timeouts (+5 s grace each) = 7.3 minutes at most (on
+    # an H200, 2026-11-27: 85 s of tests, 32 s for batch 1; batch 32 needs about 130 s, 70 of them the encoder);
     # sampler_compile (inductor's step, compiled for AO, AR and the encoder): 200 s more.
-    want sampler && timed pytest_graphed 150 "$PY" -m pytest -m gpu tests/gpu/test_graphed_sampler.py -q -p no:cacheprovider --junitxml "$OUT/pytest_graphed.xml"
-    for run in "sampler 1024 1 70 on all profile" "sampler 1024 32 150 on all profile" "sampler 256 32 50 on all -" \
+    want sampler && timed pytest_graphed 120 "$PY" -m pytest -m gpu tests/gpu/test_graphed_sampler.py -q -p no:cacheprovider --junitxml "$OUT/pytest_graphed.xml"
+    for run in "sampler 1024 1 55 on all profile" "sampler 1024 32 150 on all profile" "sampler 256 32 50 on all -" \
         "sampler_compile 1024 32 200 compile n profile"; do
         read -r part n batch seconds graphs tvalues profile <<< "$run"
         name="bench_graphs_${graphs}_n${n}_b${batch}"
         extra=$([ "$profile" = profile ] && echo "--step-profile $OUT/step_profile_${graphs}_n${n}_b${batch}.json")
         want "$part" && timed "$name" "$seconds" sh -c "$AOGPT_Q bench sampler --flavor small --n $n --batch $batch --repeats 2 --graphs $graphs --T $tvalues $extra --json > $OUT/$name.json"
     done
+    # The CPU row's requests (docs/benchmarks.md) with the static step replayed from CUDA graphs: the tiny model and
+    # SDPA, so its shapes (3 batch sizes x the prefill widths) capture without a FlexAttention compile each and the
+    # untimed pass and two rounds fit 40 s.
+    want sampler && timed bench_requests 40 sh -c "$AOGPT_Q bench requests --flavor tiny --requests 256 --n 64 --batch-sizes 1,8,32 --repeats 2 --graphs on --backend sdpa --json > $OUT/bench_requests.json"
 else
+    want sampler && step bench_requests sh -c "$AOGPT_Q bench requests --flavor debugmodel --requests 12 --n 16 --batch-sizes 1,4 --repeats 2 --json > $OUT/bench_requests.json"
     want sampler && step bench_graphs_cpu sh -c "$AOGPT_Q bench sampler --flavor debugmodel --n 16 --batch 2 --repeats 1 --graphs static --step-profile $OUT/step_profile_cpu.json --json > $OUT/bench_graphs_static_cpu.json"
     step bench_sampler_cpu sh -c "$AOGPT_Q bench sampler --flavor debugmodel --n 16 --batch 1 --repeats 2 --json > $OUT/bench_sampler_b1.json"
 fi

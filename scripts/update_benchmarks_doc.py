@@ -1,4 +1,4 @@
-"""Add `aogpt bench sampler --json` and `aogpt bench train --json` results to the tables of docs/benchmarks.md.
+"""Add `aogpt bench sampler/train/requests --json` results to the tables of docs/benchmarks.md.
 
     aogpt bench sampler --flavor small --n 256 --repeats 3 --json > run.json
     python scripts/update_benchmarks_doc.py run.json [more.json ...] [--docs docs/benchmarks.md]
@@ -6,7 +6,8 @@
 A run with a speculative variant (`--model OUT_DIR --speculative K|auto`) goes to the speculative
 table, a run with static steps (`--graphs on|compile|static`) to the graphed table, any other sampler
 run to the sampler table; `aogpt bench train` runs go to the training step-time table, `aogpt bench
-train --profile` runs to the step-profile table. Each table sits between two HTML-comment markers. Only the text between them is ours: a result
+train --profile` runs to the step-profile table, `aogpt bench requests` runs to the batched-requests table.
+Each table sits between two HTML-comment markers. Only the text between them is ours: a result
 replaces the row with the same command and device, or is appended; everything outside the markers
 is kept byte for byte. (The package never writes repository files; this script does.)
 """
@@ -263,10 +264,51 @@ def format_profile_row(result: dict) -> str:
     return "| " + " | ".join(c.replace("|", "/") for c in cells) + " |"
 
 
+REQUESTS_START, REQUESTS_END = "<!-- requests-bench:start -->", "<!-- requests-bench:end -->"
+REQUESTS_INTRO = """## Batched requests (`aogpt bench requests`)
+
+Many requests, each with its own prompt or infill spans, length and seed (a third with a prompt of 4 to n/4
+tokens, a third with two infill spans of 2 to 6 tokens, a third with nothing; lengths n/2 to n; T = one step
+per generated token), sampled one at a time and in batches through `aogpt sample --requests`'s path
+(`sample_batches`). Tokens/s: generated tokens over the sampling seconds of all requests (a compile of the
+static step excluded), the median over rounds; the ratio is a batch size's over one-at-a-time's, the median
+of the per-round ratios [min, max]. The last column says whether every batch size gave every request the
+same tokens (batch invariance). A row is added with
+`aogpt bench requests ... --json > run.json && python scripts/update_benchmarks_doc.py run.json`.
+"""
+REQUESTS_COLUMNS = ("date", "command", "device", "model", "requests, n", "dtype, graphs", "tokens/s by batch size", "x one at a time", "same tokens")  # fmt: skip
+
+
+def format_requests_row(result: dict) -> str:
+    sizes = [str(s) for s in result["batch_sizes"]]
+    speed = ", ".join(f"{s}: {result['tokens_per_second'][s]:,.1f}" for s in sizes)
+    ratios = []
+    for s in sizes[1:]:
+        cell = f"{s}: {result['speedup_vs_first'][s]:.2f}x"
+        lo, hi = result["speedup_range"][s]
+        if result.get("repeats", 1) > 1:
+            cell += f" [{lo:.2f}x, {hi:.2f}x]"
+        ratios.append(cell)
+    cells = [
+        datetime.date.today().isoformat(),
+        f"`{result['command']}`",
+        result["device"],
+        result["model"],
+        f"{result['requests']}, {result['n']}",
+        f"{result['dtype']}, {result['graphs']}",
+        speed,
+        "; ".join(ratios) or "-",
+        "yes" if result["same_tokens_at_every_batch_size"] else "NO",
+    ]
+    return "| " + " | ".join(c.replace("|", "/") for c in cells) + " |"
+
+
 def section_of(result: dict) -> tuple[str, str, str, tuple, object]:
     """(start marker, end marker, intro, columns, row formatter) of the table this result belongs to."""
     if "profile" in result:
         return PROFILE_START, PROFILE_END, PROFILE_INTRO, PROFILE_COLUMNS, format_profile_row
+    if "batch_sizes" in result:
+        return REQUESTS_START, REQUESTS_END, REQUESTS_INTRO, REQUESTS_COLUMNS, format_requests_row
     if "median_step_ms" in result:
         return TRAIN_START, TRAIN_END, TRAIN_INTRO, TRAIN_COLUMNS, format_train_row
     if "spec_seconds" in result:
@@ -316,8 +358,12 @@ def write_rows(path: str, result: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="add `aogpt bench sampler/train --json` results to docs/benchmarks.md")
-    p.add_argument("results", nargs="+", help="JSON files written by `aogpt bench sampler/train --json` (- for stdin)")
+    p = argparse.ArgumentParser(
+        description="add `aogpt bench sampler/train/requests --json` results to docs/benchmarks.md"
+    )
+    p.add_argument(
+        "results", nargs="+", help="JSON files written by `aogpt bench sampler/train/requests --json` (- for stdin)"
+    )
     p.add_argument("--docs", default=DEFAULT_DOCS, help="the markdown file (default docs/benchmarks.md)")
     args = p.parse_args(argv)
     for name in args.results:
@@ -329,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
             section_of(result)[-1](result)
         except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
             print(
-                f"error: {name!r} is not an `aogpt bench sampler/train --json` result ({type(e).__name__}: {e})",
+                f"error: {name!r} is not an `aogpt bench sampler/train/requests --json` result ({type(e).__name__}: {e})",
                 file=sys.stderr,
             )
             return 2

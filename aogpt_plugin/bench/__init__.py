@@ -1,7 +1,8 @@
-"""`aogpt bench {train,sampler}`: benchmarks and the baselines they time (they measure; tests assert).
+"""`aogpt bench {train,sampler,requests}`: benchmarks and the baselines they time (they measure; tests assert).
 
     train_step.py     AO-GPT vs plain AR training step time (forward + backward + AdamW)
     sampler_speed.py  the cached AO sampler vs the encoder-only MDM and AR decode, interleaved rounds
+    batched_requests.py  mixed requests (prompts, infill spans, lengths, seeds) one at a time vs in batches
     baselines.py      the encoder-only masked-diffusion model (bidirectional, no cache) and plain
                       KV-cache autoregressive decoding of the AO-GPT backbone
 
@@ -16,6 +17,7 @@ import importlib
 BENCH_MODULES = (
     "aogpt_plugin.bench.train_step",
     "aogpt_plugin.bench.sampler_speed",
+    "aogpt_plugin.bench.batched_requests",
 )
 
 
@@ -27,7 +29,7 @@ def median_and_range(values: list[float], digits: int = 3) -> tuple[float, list[
 
 
 def add_to(subparsers) -> None:
-    p = subparsers.add_parser("bench", help="measure training step time (AO vs AR) or sampler speed")
-    sub = p.add_subparsers(dest="bench_command", required=True, metavar="{train,sampler}")
+    p = subparsers.add_parser("bench", help="measure training step time (AO vs AR), sampler speed, or batched requests")
+    sub = p.add_subparsers(dest="bench_command", required=True, metavar="{train,sampler,requests}")
     for name in BENCH_MODULES:
         importlib.import_module(name).add_to(sub)

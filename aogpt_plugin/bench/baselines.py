@@ -1,5 +1,6 @@
-"""The baselines the sampler benchmark times the AO-GPT sampler against (they exist to be timed, and
-to be checked for exactness against uncached forwards):
+"""The models the sampler benchmarks time (`build_decoder`: AO-GPT or its plain AR backbone with random weights)
+and the baselines they time the AO-GPT sampler against (they exist to be timed, and to be checked for
+exactness against uncached forwards):
 
   - the encoder-only masked-diffusion model (RADD/MDLM style): bidirectional, no cache, T
     full-sequence forwards;
@@ -17,7 +18,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..devices import synchronize
-from ..model import AOGPT, AOGPTModelArgs
+from ..model import AOGPT, FLAVORS, AOGPTModelArgs
 from ..model.model import TransformerBlock
 from ..sampler.choices import SamplerChoices, resolve_choices
 from ..sampler.decoder import CachedDecoder, decode_model
@@ -26,6 +27,19 @@ from ..sampler.graphs import StepRunner, uses_inductor
 from ..sampler.noise import PARALLEL_DRAW, NoiseWorkspace, row_keys
 from ..sampler.prompt import Prompt, sample_orders
 from ..sampler.sampling import SamplingParams, sample_tokens, step_counts
+
+
+def build_decoder(flavor: str, conditioning: str, device, dtype) -> AOGPT:
+    """A decoder of `flavor` with seeded random weights and the given conditioning (adaln: AO-GPT; none: the
+    plain AR GPT of the same backbone): what the sampler benchmarks time (timings do not depend on weights)."""
+    args = dataclasses.replace(FLAVORS[flavor], conditioning=conditioning)
+    torch.manual_seed(0)
+    with torch.device("meta"):
+        model = AOGPT(args)
+    model.to_empty(device=device)
+    model.init_weights()
+    return model.to(dtype).eval().requires_grad_(False)
+
 
 # ---- encoder-only masked diffusion ------------------------------------------------------------
 # Encoder-only masked diffusion baseline (RADD/MDLM style), for the speed comparison only.

@@ -20,7 +20,6 @@ scripts/sampler_bound.py) and >= 40x on CPU at small, n=256; AO at T=n / AR <= 1
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import statistics
@@ -105,20 +104,6 @@ def check_args(args) -> None:
             raise UserError(f"--step-profile {args.step_profile!r}: folder {folder} does not exist")
 
 
-def build_decoder(flavor: str, conditioning: str, device, dtype) -> AOGPT:
-    import torch
-
-    from ..model import AOGPT
-
-    args = dataclasses.replace(FLAVORS[flavor], conditioning=conditioning)
-    torch.manual_seed(0)
-    with torch.device("meta"):
-        model = AOGPT(args)
-    model.to_empty(device=device)
-    model.init_weights()
-    return model.to(dtype).eval().requires_grad_(False)
-
-
 def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
@@ -168,7 +153,7 @@ def run_bench(
     weights) replaces the flavor's random AO and AR models and drops the encoder. `profile_steps` > 0 (a
     static graphs mode) adds "step_profile": that many AO decode steps at T=n profiled (decode_profile.py)."""
     from ..sampler.generation import SampleConfig, generate, speculative_generate
-    from .baselines import ar_generate, build_encoder_mdm, encoder_generate
+    from .baselines import ar_generate, build_decoder, build_encoder_mdm, encoder_generate
 
     graphs, backend, linears = choices.graphs, choices.backend, choices.linears
     steps = step_values(n) if t_values == "all" else [n]

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from aogpt_plugin.bench import baselines
 from aogpt_plugin.bench import sampler_speed as bench_command
 from aogpt_plugin.bench.decode_profile import format_kernels, summarise_kernels
 from aogpt_plugin.bench.step_profile import Work
@@ -89,7 +90,7 @@ def test_bad_step_profile_arguments_are_one_line_errors(argv, message):
 
 
 def test_the_dynamic_sampler_has_no_static_step_to_profile(monkeypatch):
-    monkeypatch.setattr(bench_command, "build_decoder", lambda *a, **k: pytest.fail("a model was built"))
+    monkeypatch.setattr(baselines, "build_decoder", lambda *a, **k: pytest.fail("a model was built"))
     args = parse(["--flavor", "debugmodel", "--n", "8", "--device", "cpu", "--step-profile", "p.json"])
     with pytest.raises(UserError, match="--graphs auto runs the dynamic sampler on cpu; allowed with it: on, compile"):
         bench_command.run(args)

@@ -10,6 +10,7 @@ import sys
 import pytest
 from conftest import ROOT
 
+from aogpt_plugin.bench import baselines
 from aogpt_plugin.bench import sampler_speed as bench_command
 from aogpt_plugin.bench.sampler_speed import headline_ratios, step_values, summarize
 from aogpt_plugin.errors import UserError
@@ -127,7 +128,7 @@ def test_what_inductor_cannot_compile_is_refused_before_any_model_is_built(monke
     def no_models(*args, **kwargs):
         raise AssertionError("a model was built")
 
-    monkeypatch.setattr(bench_command, "build_decoder", no_models)
+    monkeypatch.setattr(baselines, "build_decoder", no_models)
     argv = ["--flavor", "debugmodel", "--n", "8", "--graphs", "on", "--device", "cpu"]
     with pytest.raises(UserError, match="linears='onednn' cannot be compiled"):
         bench_command.run(parse([*argv, "--linears", "onednn"]))

@@ -15,7 +15,7 @@ pytestmark = [
 
 
 def _small(dtype=torch.bfloat16):
-    from aogpt_plugin.bench.sampler_speed import build_decoder
+    from aogpt_plugin.bench.baselines import build_decoder
 
     return build_decoder("small", "adaln", "cuda", dtype)
 

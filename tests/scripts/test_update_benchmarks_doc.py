@@ -169,3 +169,31 @@ def test_a_file_that_is_no_bench_result_is_one_line(tmp_path, capsys, content):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "is not an `aogpt bench" in err[0]
     assert not docs.exists()
+
+
+REQUESTS_RESULT = {
+    "command": "aogpt bench requests --flavor tiny --requests 256 --n 64 --batch-sizes 1,8,32 --repeats 2 --json",
+    "device": "cpu (test, 1 threads)",
+    "model": "tiny",
+    "n": 64,
+    "requests": 256,
+    "dtype": "float32",
+    "graphs": "off",
+    "batch_sizes": [1, 8, 32],
+    "tokens_per_second": {"1": 100.0, "8": 400.0, "32": 900.0},
+    "speedup_vs_first": {"8": 4.0, "32": 9.0},
+    "speedup_range": {"8": [3.9, 4.1], "32": [8.8, 9.2]},
+    "same_tokens_at_every_batch_size": True,
+    "repeats": 2,
+}
+
+
+def test_a_batched_requests_run_goes_to_its_own_table():
+    from update_benchmarks_doc import REQUESTS_END, REQUESTS_START
+
+    text = update_text(update_text("", RESULT), REQUESTS_RESULT)
+    section = text[text.index(REQUESTS_START) : text.index(REQUESTS_END)]
+    assert "| 1: 100.0, 8: 400.0, 32: 900.0 | 8: 4.00x [3.90x, 4.10x]; 32: 9.00x [8.80x, 9.20x] | yes |" in section
+    assert "| tiny | 256, 64 | float32, off |" in section and "--flavor tiny --n 64 --batch 1" not in section
+    broken = update_text(text, {**REQUESTS_RESULT, "same_tokens_at_every_batch_size": False})
+    assert broken.count("--requests 256") == 1 and "| NO |" in broken  # replaced, and a failure shows
