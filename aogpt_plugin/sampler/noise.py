@@ -77,24 +77,33 @@ def counter_uniforms(keys: torch.Tensor, vocab_size: int, workspace: NoiseWorksp
         out = None
     else:
         high, low, scratch, out = workspace.buffers(shape, keys.device)
-    token = torch.arange(vocab_size, dtype=torch.long, device=keys.device)
-    torch.add(keys[..., :1], token, out=high)
-    _pcg_hash_(high.bitwise_and_(MASK32), scratch)
-    torch.add(keys[..., 1:], token, out=low)
-    _pcg_hash_(low.bitwise_and_(MASK32), scratch)
+    # pcg_hash((key + token) mod 2^32): its first step, (x * A + C) mod 2^32, is taken as the row's part plus the
+    # token's part (key * A + C) + token * A before the one mod (the same value: no product reaches 2^63)
+    token_part = torch.arange(vocab_size, dtype=torch.long, device=keys.device) * _PCG_MULTIPLIER
+    for half, bits in ((keys[..., :1], high), (keys[..., 1:], low)):
+        torch.add(half * _PCG_MULTIPLIER + _PCG_INCREMENT, token_part, out=bits)
+        _pcg_output_(bits.bitwise_and_(MASK32), scratch)
     bits = high.bitwise_left_shift_(20).bitwise_or_(low.bitwise_right_shift_(12))  # 32 + 20 = 52 bits
     uniform = bits.to(torch.float64) if out is None else out.copy_(bits)
     return uniform.add_(0.5).mul_(2.0**-52)
 
 
+_PCG_MULTIPLIER, _PCG_INCREMENT = 747796405, 2891336453
+
+
 def _pcg_hash_(x: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
     """`pcg_hash` in place on `x` (int64 values in [0, 2^32)), with `scratch` of its shape."""
-    x.mul_(747796405).add_(2891336453).bitwise_and_(MASK32)  # state
-    torch.bitwise_right_shift(x, 28, out=scratch).add_(4)
-    torch.bitwise_right_shift(x, scratch, out=scratch)
-    scratch.bitwise_xor_(x).mul_(277803737).bitwise_and_(MASK32)  # word
-    torch.bitwise_right_shift(scratch, 22, out=x)
-    return x.bitwise_xor_(scratch)
+    x.mul_(_PCG_MULTIPLIER).add_(_PCG_INCREMENT).bitwise_and_(MASK32)  # state
+    return _pcg_output_(x, scratch)
+
+
+def _pcg_output_(state: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
+    """The PCG hash's output permutation of `state` (its LCG step done), in place."""
+    torch.bitwise_right_shift(state, 28, out=scratch).add_(4)
+    torch.bitwise_right_shift(state, scratch, out=scratch)
+    scratch.bitwise_xor_(state).mul_(277803737).bitwise_and_(MASK32)  # word
+    torch.bitwise_right_shift(scratch, 22, out=state)
+    return state.bitwise_xor_(scratch)
 
 
 class NoiseWorkspace:

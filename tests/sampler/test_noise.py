@@ -7,7 +7,7 @@ import pytest
 import torch
 from scipy import stats
 
-from aogpt_plugin.sampler.noise import MASK32, counter_uniforms, pcg_hash, row_keys, sample_uniforms
+from aogpt_plugin.sampler.noise import MASK32, NoiseWorkspace, counter_uniforms, pcg_hash, row_keys, sample_uniforms
 
 
 def reference_pcg(x: int) -> int:
@@ -98,3 +98,18 @@ def test_row_keys_take_any_int64_seed():
     keys = row_keys(torch.tensor([-1, 2**62, 0]), 0, torch.zeros(3, 1, dtype=torch.long))
     assert keys.shape == (3, 1, 2) and int(keys.min()) >= 0 and int(keys.max()) <= MASK32
     assert len({tuple(k) for k in keys.view(3, 2).tolist()}) == 3
+
+
+def test_the_uniforms_are_the_hash_of_key_plus_token_whichever_buffers_hold_them():
+    """The draw's definition, spelled out with `pcg_hash`: high = pcg(k0 + token), low = pcg(k1 + token), both mod
+    2^32, u = ((high << 20 | low >> 12) + 0.5) / 2^52; the fast path (one mod after the row's and the token's
+    parts, in place) and a workspace give exactly these values, keys at the 32-bit edge included."""
+    keys = torch.tensor([[[0, MASK32]], [[MASK32, 7]], [[12345, 2**31]]])
+    vocab = 70_000  # key + token passes 2^32: the mod matters
+    token = torch.arange(vocab)
+    high = pcg_hash((keys[..., :1] + token) & MASK32)
+    low = pcg_hash((keys[..., 1:] + token) & MASK32)
+    expected = (((high << 20) | (low >> 12)).double() + 0.5) * 2.0**-52
+    assert torch.equal(counter_uniforms(keys, vocab), expected)
+    assert torch.equal(counter_uniforms(keys, vocab, NoiseWorkspace()), expected)
+    assert not torch.equal(counter_uniforms(keys.flip(0), vocab), expected)
