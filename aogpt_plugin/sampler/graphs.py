@@ -104,15 +104,16 @@ class StepRunner:
 
     def _compile(self, key, args):
         """The first compiled call of `key`: inductor compiles the step (and runs it once), timed and said."""
-        shape = key[:2] if isinstance(key, tuple) else key
+        shape = tuple(k for k in key if isinstance(k, int)) if isinstance(key, tuple) else key
         started = time.perf_counter()
         out = self._run(self._compiled, args)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         seconds = time.perf_counter() - started
         self.compile_seconds += seconds
+        where = "" if self.device.type == "cuda" else f"; on a {self.device.type.upper()}: compiled step, no CUDA graph"
         print(
-            f"compiled the {self.name} for shape {shape} with inductor in {seconds:.1f} s (not counted in tokens/s)",
+            f"compiled the {self.name} at shape {shape} with inductor in {seconds:.1f} s (not counted in tokens/s{where})",
             file=sys.stderr,
             flush=True,
         )

@@ -5,7 +5,7 @@ COUNTS = ("deterministic", "binomial")  # how many tokens a step draws (Lemma 4.
 BACKENDS = ("auto", "sdpa", "flex")  # attention of the cached decoder (decoder.py)
 LINEAR_KERNELS = ("auto", "aten", "onednn")  # how the decode view runs its Linears (decoder.py)
 # how a decode step runs (static.py): off = the dynamic sampler; static = the static-shape step, eagerly;
-# on = that step captured in CUDA graphs (compiled by inductor on a CPU); compile = inductor-compiled,
+# on = that step captured in CUDA graphs (on a CPU: compiled step, no CUDA graph); compile = inductor-compiled,
 # then captured on CUDA; auto = on for CUDA, off elsewhere
 GRAPHS = ("auto", "on", "off", "compile", "static")
 
@@ -17,6 +17,6 @@ def add_graphs_arg(p) -> None:
         choices=GRAPHS,
         default="auto",
         help="how each decode step runs: off (the dynamic sampler), on (a static step replayed from CUDA graphs; "
-        "compiled by inductor on a CPU), compile (inductor, then graphs on CUDA), static (the static step, eager); "
-        "auto: on for CUDA, off elsewhere. Same seed, same samples",
+        "on a CPU: compiled step, no CUDA graph, as compile), compile (inductor, then graphs on CUDA), static (the "
+        "static step, eager); auto: on for CUDA, off elsewhere. Same seed, same samples",
     )

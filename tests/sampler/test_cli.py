@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from conftest import tiny_model
@@ -308,3 +309,25 @@ def test_a_run_stopped_by_sigterm_resumes_to_the_uninterrupted_output(capsys, tm
     code, _, err = run_requests(capsys, symbols_dir, requests, out, "--batch-size", "2")
     assert code == 0 and f"already in {out}" in err
     assert out.read_text() == whole.read_text()
+
+
+def test_a_compile_of_the_step_is_said_and_kept_out_of_tokens_per_second(capsys, model_dir):
+    """`--graphs on` on a CPU compiles the step with inductor: stderr says so with its time, and tokens/s is the
+    sampling's alone (the record's seconds hold both)."""
+    argv = ["sample", "--model", model_dir, "--num-samples", "2", "--length", "12", "--graphs", "on", "--seed", "9"]
+    code, out, err = run_cli(capsys, [*argv, "--json", "--no-progress"])
+    assert code == 0, err
+    record = json.loads(out)
+    assert re.search(r"compiled the decode step at shape \(1, 1\) with inductor in [\d.]+ s \(not counted", err), err
+    assert "; on a CPU: compiled step, no CUDA graph)" in err  # what `on` runs here, said plainly
+    assert 0 < record["compile_seconds"] < record["seconds"]
+    sampling = record["seconds"] - record["compile_seconds"]
+    assert record["tokens_per_second"] == pytest.approx(24 / sampling, rel=1e-3)
+    code, _, err = run_cli(capsys, [*argv, "--no-progress"])
+    assert code == 0 and "(sampling only; compiling the step took" in err.splitlines()[-1]
+
+
+def test_the_help_says_what_graphs_on_runs_on_a_cpu(capsys):
+    with pytest.raises(SystemExit):
+        main(["sample", "--help"])
+    assert "on a CPU: compiled step, no CUDA graph" in " ".join(capsys.readouterr().out.split())
