@@ -11,7 +11,8 @@
 Each method runs the code its command runs: `generate` the sampler's request path (sampler/request.py,
 which `aogpt sample` takes), `logprob` likelihood.py (the NLL training, validation and evaluation share),
 `score` eval/perplexity.py's report (what `aogpt eval ppl` prints). Bad input raises `InputError` (a
-ValueError; errors.py) naming the value and what is allowed, before any forward pass.
+ValueError; errors.py) naming the value and what is allowed, before any forward pass; a value of the wrong
+type names the keyword, the type given and the types allowed (`length '8' is a str; allowed: an integer`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .errors import InputError, UserError, keyword_name
+from .errors import InputError, UserError, check_types, is_int, keyword_name
 
 if TYPE_CHECKING:
     from .eval.perplexity import PerplexityReport
@@ -63,6 +64,57 @@ def _device_and_dtype(device: str | torch.device | None, dtype: str | torch.dtyp
     return resolve_device(None if device is None else str(device)), resolve_dtype(dtype or "float32")
 
 
+def _optional(check):
+    return lambda v: v is None or check(v)
+
+
+def _is_bool(value) -> bool:
+    return isinstance(value, bool)
+
+
+def _is_str(value) -> bool:
+    return isinstance(value, str)
+
+
+# what each keyword of the API takes from Python, checked before its value is (errors.check_types)
+LOAD_TYPES = {
+    "path": (lambda v: isinstance(v, (str, os.PathLike)), "a path (a str or os.PathLike)"),
+    "device": (lambda v: v is None or isinstance(v, (str, torch.device)), "None, a device name or a torch.device"),
+    "dtype": (lambda v: v is None or isinstance(v, (str, torch.dtype)), "None, a dtype name or a torch.dtype"),
+    "weights": (_optional(_is_str), "None, ema or raw"),
+    "step": (_optional(is_int), "None or an integer"),
+    "tokenizer": (_optional(_is_str), "None or a tokenizer name"),
+    "verify": (_is_bool, "True or False"),
+}
+LOGPROB_TYPES = {
+    "tokens": (lambda v: isinstance(v, (torch.Tensor, list, tuple)), "token ids: a (B, n) or (n,) tensor or list"),
+    "order": (
+        lambda v: v is None or isinstance(v, (str, torch.Tensor, list, tuple)),
+        "None, random, l2r, or permutations as a tensor or list",
+    ),
+    "seed": (is_int, "an integer"),
+    "per_token": (_is_bool, "True or False"),
+}
+SCORE_TYPES = {
+    "texts_or_tokens": (
+        lambda v: isinstance(v, (str, list, tuple, torch.Tensor)),
+        "a string, a list of strings, or token chunks (C, n) as a tensor or list of lists",
+    ),
+    "order": (_is_str, "random or l2r"),
+    "orders": (is_int, "an integer"),
+    "ensemble": (is_int, "an integer"),
+    "seq_len": (_optional(is_int), "None or an integer"),
+    "max_chunks": (_optional(is_int), "None or an integer"),
+    "seed": (is_int, "an integer"),
+    "batch_size": (is_int, "an integer"),
+    "progress": (_is_bool, "True or False"),
+}
+GENERATE_TYPES = {  # the sampler's own options are SampleRequest's (sampler/request.py: TYPES)
+    "requests": (lambda v: v is None or isinstance(v, list), "None, or a list of dicts (one per sample)"),
+    "progress": (_is_bool, "True or False"),
+}
+
+
 @input_errors()
 def load(
     path: str | os.PathLike,
@@ -90,6 +142,10 @@ def load(
     differentiated); `generate` and `score` run without building a graph."""
     from .model_dir import MODEL_FOLDER, load_model_dir, model_from_state, source_kind
 
+    check_types(
+        dict(path=path, device=device, dtype=dtype, weights=weights, step=step, tokenizer=tokenizer, verify=verify),
+        LOAD_TYPES,
+    )
     path = os.fspath(path)
     kind = source_kind(path)
     if kind == MODEL_FOLDER:
@@ -219,6 +275,7 @@ class LoadedModel:
             graphs=graphs,
         )
         with input_errors():  # every option is checked before the first forward
+            check_types(dict(requests=requests, progress=progress), GENERATE_TYPES)
             if requests is None:
                 request = SampleRequest(**options)
             elif not isinstance(requests, list) or not requests or not all(isinstance(r, dict) for r in requests):
@@ -254,6 +311,7 @@ class LoadedModel:
         from .likelihood import token_nlls
 
         with input_errors():
+            check_types(dict(tokens=tokens, order=order, seed=seed, per_token=per_token), LOGPROB_TYPES)
             batch, one = self._checked_tokens(tokens, "tokens")
             sigma = self._checked_order(order, batch.shape, seed)
         batch = batch.to(self.device)
@@ -350,6 +408,9 @@ class LoadedModel:
         from .eval.ppl_command import check_options, chunk_length
 
         with input_errors():
+            given = dict(texts_or_tokens=texts_or_tokens, order=order, orders=orders, ensemble=ensemble)
+            given |= dict(seq_len=seq_len, max_chunks=max_chunks, seed=seed, batch_size=batch_size, progress=progress)
+            check_types(given, SCORE_TYPES)
             check_options(order, orders, ensemble, max_chunks, seq_len, batch_size, spell=keyword_name)
             tokenizer = self.tokenizer
             if tokenizer.get_vocab_size() != self.model_args.vocab_size:  # its text is not this model's

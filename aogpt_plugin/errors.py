@@ -43,6 +43,32 @@ def keyword_name(option: str) -> str:
     return option
 
 
+def is_int(value) -> bool:
+    """An integer, and not a bool (True is an int to Python, never a count or a seed to us)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_types(values: dict, rules: dict, spell=keyword_name) -> None:
+    """Each value's type, before its value is looked at: `rules` maps a name to (check, what it takes); the
+    first value that fails is one UserError naming it as `spell` writes it, the value, its type and what is
+    allowed (`length '8' is a str; allowed: an integer`), so a wrong type never surfaces as a TypeError
+    from deep inside."""
+    for name, (check, allowed) in rules.items():
+        value = values[name]
+        if not check(value):
+            kind = type(value).__name__
+            if kind == "Tensor":
+                shown = f"tensor of shape {tuple(value.shape)}"
+            else:
+                shown = f"{value!r:.60}"
+            article = "an" if kind[0] in "aeiou" else "a"
+            raise UserError(f"{spell(name)} {shown} is {article} {kind}; allowed: {allowed}", name)
+
+
 def require_at_least(flag: str, value: int | None, low: int, meaning: str) -> None:
     """A numeric CLI argument below its floor is a UserError naming the flag, e.g. `--orders 0`."""
     if value is not None and value < low:

@@ -392,6 +392,14 @@ BAD_LOGPROB = [
 ]
 
 
+BAD_LOGPROB += [  # types, before values: the keyword, the type given and what it takes
+    ({"tokens": "1 2 3"}, r"^tokens '1 2 3' is a str; allowed: token ids: a \(B, n\) or \(n,\) tensor or list$"),
+    ({"tokens": [[1, 2]], "seed": "x"}, r"^seed 'x' is a str; allowed: an integer$"),
+    ({"tokens": [[1, 2]], "order": 5}, r"^order 5 is an int; allowed: None, random, l2r, or permutations"),
+    ({"tokens": [[1, 2]], "per_token": "yes"}, r"^per_token 'yes' is a str; allowed: True or False$"),
+]
+
+
 @pytest.mark.parametrize("kwargs,message", BAD_LOGPROB)
 def test_bad_logprob_input_is_one_error_before_any_forward(lm, forwards, kwargs, message):
     with pytest.raises(InputError, match=message) as info:
@@ -422,6 +430,10 @@ BAD_GENERATE = [
         r"^prompt has 50 tokens, and length=8 leaves no position to generate",
     ),
     (
+        {"length": 8, "infill": [{"start": 0, "tokens": [5] * 50}]},
+        r"^infill gives 50 tokens, up to position 49, and length=8 ends at 7; allowed: spans within 0..7",
+    ),
+    (
         {"prompt": ["1", "2"], "num_samples": 3},
         r"^prompt has 2 items for num_samples 3; allowed: one value, or one per",
     ),
@@ -429,15 +441,21 @@ BAD_GENERATE = [
     ({"requests": [{"promt": "1"}]}, r"^a request has no field 'promt'; allowed: prompt, infill, seed, length"),
     ({"requests": [{"prompt": "1"}], "prompt": "2"}, r"^prompt is given for every sample and the requests give one"),
     ({"requests": [{"top_k": 2}, {"top_k": 3}]}, r"^the requests differ in top_k \(2, 3\); one batch runs one value"),
-    ({"requests": "x"}, r"^requests must be a non-empty list of dicts"),
+    ({"requests": "x"}, r"^requests 'x' is a str; allowed: None, or a list of dicts \(one per sample\)$"),
+    ({"requests": [1]}, r"^requests must be a non-empty list of dicts"),
+    ({"progress": "yes"}, r"^progress 'yes' is a str; allowed: True or False$"),
+    ({"top_k": 2.0}, r"^top_k 2.0 is a float; allowed: an integer$"),
+    ({"order": 5}, r"^order 5 is an int; allowed: random, l2r, a tensor of positions"),
 ]
 
 
 @pytest.mark.parametrize("kwargs,message", BAD_GENERATE)
 def test_bad_generate_input_is_one_error_before_any_forward(lm, forwards, kwargs, message):
-    with pytest.raises(InputError, match=message):
+    """Each names the keyword as Python spells it, never as the command's flag (`steps`, not `--steps`)."""
+    with pytest.raises(InputError, match=message) as info:
         lm.generate(**kwargs)
     assert forwards == []
+    assert "--" not in str(info.value) and "\n" not in str(info.value)
 
 
 def test_generate_takes_a_request_per_sample_and_each_gets_its_lone_tokens(lm):
@@ -471,6 +489,47 @@ def test_bad_score_input_is_one_error_before_any_forward(lm, forwards):
     with pytest.raises(InputError, match=r"token id 61 \(texts_or_tokens row 0, position 0\)"):
         lm.score(torch.full((2, 8), VOCAB))
     assert forwards == []
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"orders": "2"}, r"^orders '2' is a str; allowed: an integer$"),
+        ({"ensemble": 1.5}, r"^ensemble 1.5 is a float; allowed: an integer$"),
+        ({"seq_len": "4"}, r"^seq_len '4' is a str; allowed: None or an integer$"),
+        ({"max_chunks": "1"}, r"^max_chunks '1' is a str; allowed: None or an integer$"),
+        ({"seed": "x"}, r"^seed 'x' is a str; allowed: an integer$"),
+        ({"batch_size": "8"}, r"^batch_size '8' is a str; allowed: an integer$"),
+        ({"order": 1}, r"^order 1 is an int; allowed: random or l2r$"),
+        ({"progress": "y"}, r"^progress 'y' is a str; allowed: True or False$"),
+        ({"texts_or_tokens": 5}, r"^texts_or_tokens 5 is an int; allowed: a string, a list of strings, or token"),
+    ],
+)
+def test_score_checks_each_keywords_type_before_its_value(lm, forwards, kwargs, message):
+    """A wrong type names the keyword and what it takes (not a TypeError from a comparison deep inside)."""
+    kwargs = {"texts_or_tokens": ["1 2 3 4 5"], **kwargs}
+    with pytest.raises(InputError, match=message) as info:
+        lm.score(**kwargs)
+    assert forwards == [] and "--" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, message",
+    [
+        ((123,), {}, r"^path 123 is an int; allowed: a path \(a str or os.PathLike\)$"),
+        ((None,), {}, r"^path None is a NoneType; allowed: a path"),
+        (("M",), {"device": 0}, r"^device 0 is an int; allowed: None, a device name or a torch.device$"),
+        (("M",), {"dtype": 16}, r"^dtype 16 is an int; allowed: None, a dtype name or a torch.dtype$"),
+        (("M",), {"weights": 1}, r"^weights 1 is an int; allowed: None, ema or raw$"),
+        (("M",), {"step": "3"}, r"^step '3' is a str; allowed: None or an integer$"),
+        (("M",), {"tokenizer": 1}, r"^tokenizer 1 is an int; allowed: None or a tokenizer name$"),
+        (("M",), {"verify": "yes"}, r"^verify 'yes' is a str; allowed: True or False$"),
+    ],
+)
+def test_load_checks_each_keywords_type(model_dir, args, kwargs, message):
+    args = tuple(model_dir if a == "M" else a for a in args)
+    with pytest.raises(InputError, match=message):
+        aogpt_plugin.load(*args, **kwargs)
 
 
 def test_text_the_model_does_not_embed_is_one_error(tmp_path):

@@ -139,3 +139,19 @@ def test_a_forked_worker_ends_quietly_on_sigterm(installed, capfd):
                 time.sleep(1)
     finally:
         restore_signals(previous)
+
+
+def test_check_types_names_the_first_wrong_type_as_the_caller_spells_it():
+    import torch
+
+    from aogpt_plugin.errors import check_types, flag_name, is_int
+
+    rules = {"steps": (is_int, "an integer"), "order": (lambda v: isinstance(v, str), "random or l2r")}
+    check_types({"steps": 4, "order": "l2r"}, rules)  # right types: nothing raised
+    with pytest.raises(UserError, match=r"^steps True is a bool; allowed: an integer$") as info:
+        check_types({"steps": True, "order": 1}, rules)  # a bool is no count; the first bad one is named
+    assert info.value.field == "steps"
+    with pytest.raises(UserError, match=r"^--order tensor of shape \(2, 3\) is a Tensor; allowed: random or l2r$"):
+        check_types({"steps": 4, "order": torch.zeros(2, 3)}, rules, flag_name)
+    with pytest.raises(UserError, match=r"^steps 4.0 is a float; allowed: an integer$"):
+        check_types({"steps": 4.0, "order": "l2r"}, rules)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..errors import UserError, flag_name
+from ..errors import UserError, flag_name, is_int
 from ..orders import L2R, RANDOM, READ_ORDERS
 
 
@@ -82,10 +82,6 @@ class PromptBuilder:
         return Prompt(positions, tuple(self.tokens_at[p] for p in positions))
 
 
-def _is_int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
 def parse_infill(
     spec: str | dict | list, encode=None, builder: PromptBuilder | None = None, spell=flag_name
 ) -> PromptBuilder:
@@ -117,14 +113,14 @@ def parse_infill(
     if not isinstance(spans, list) or set(spec) != {"spans"}:
         raise UserError(f'{name} must be a JSON object {{"spans": [{{"start": INT, "text": STR | "tokens": [INT]}}]}}')
     for i, span in enumerate(spans):
-        if not isinstance(span, dict) or not _is_int(span.get("start")):
+        if not isinstance(span, dict) or not is_int(span.get("start")):
             raise UserError(f"{name} span {i} needs an integer 'start'; got {span!r:.80}")
         keys = set(span) - {"start"}
         if keys == {"text"} and isinstance(span["text"], str):
             if encode is None:
                 raise UserError(f"{name} span {i} has text but no tokenizer is available")
             tokens = list(encode(span["text"]))
-        elif keys == {"tokens"} and isinstance(span["tokens"], list) and all(_is_int(t) for t in span["tokens"]):
+        elif keys == {"tokens"} and isinstance(span["tokens"], list) and all(is_int(t) for t in span["tokens"]):
             tokens = span["tokens"]
         else:
             raise UserError(f"{name} span {i} needs exactly one of 'text' (string) or 'tokens' (list of ints)")

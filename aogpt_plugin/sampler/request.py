@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..errors import UserError, flag_name, keyword_name
+from ..errors import UserError, check_types, flag_name, is_int, is_number, keyword_name
 from .requests_file import PER_RUN, PER_SAMPLE, batches
 
 if TYPE_CHECKING:
@@ -44,14 +44,6 @@ if TYPE_CHECKING:
     from .requests_file import RequestLine
 
 
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def _is_tensor(value) -> bool:
     return type(value).__name__ == "Tensor" and type(value).__module__.startswith("torch")
 
@@ -62,23 +54,23 @@ def _one_or_list(check: Callable) -> Callable:
 
 
 def _order_item(value) -> bool:
-    return isinstance(value, str) or _is_tensor(value) or (isinstance(value, list) and all(_is_int(x) for x in value))
+    return isinstance(value, str) or _is_tensor(value) or (isinstance(value, list) and all(is_int(x) for x in value))
 
 
 # what each field takes from Python, and how an error says it
 TYPES: dict[str, tuple[Callable, str]] = {
-    "num_samples": (lambda v: v is None or _is_int(v), "an integer"),
-    "length": (lambda v: v is None or _one_or_list(_is_int)(v), "an integer, or a list of integers (one per sample)"),
-    "steps": (lambda v: v is None or _is_int(v), "an integer"),
+    "num_samples": (lambda v: v is None or is_int(v), "an integer"),
+    "length": (lambda v: v is None or _one_or_list(is_int)(v), "an integer, or a list of integers (one per sample)"),
+    "steps": (lambda v: v is None or is_int(v), "an integer"),
     "order": (
         lambda v: _order_item(v) or (isinstance(v, list) and all(x is None or _order_item(x) for x in v)),
         "random, l2r, a tensor of positions, or a list with one per sample",
     ),
     "schedule": (lambda v: v is None or isinstance(v, str), "a string"),
     "counts": (lambda v: v is None or isinstance(v, str), "a string"),
-    "temperature": (_is_number, "a number"),
-    "top_p": (_is_number, "a number"),
-    "top_k": (lambda v: v is None or _is_int(v), "an integer"),
+    "temperature": (is_number, "a number"),
+    "top_p": (is_number, "a number"),
+    "top_k": (lambda v: v is None or is_int(v), "an integer"),
     "prompt": (
         lambda v: v is None or _one_or_list(lambda x: isinstance(x, str))(v),
         "a string, or a list of strings (one per sample)",
@@ -87,9 +79,9 @@ TYPES: dict[str, tuple[Callable, str]] = {
         lambda v: v is None or isinstance(v, (str, dict, list)),
         "a JSON string, '@FILE', a dict or list of spans, or a list with one per sample",
     ),
-    "speculative": (lambda v: v is None or _is_int(v) or isinstance(v, str), "a draft size (an integer) or auto"),
+    "speculative": (lambda v: v is None or is_int(v) or isinstance(v, str), "a draft size (an integer) or auto"),
     "seed": (
-        lambda v: _is_int(v) or (isinstance(v, list) and all(_is_int(x) for x in v)),
+        lambda v: is_int(v) or (isinstance(v, list) and all(is_int(x) for x in v)),
         "an integer, or a list of integers (one per sample)",
     ),  # fmt: skip
     "backend": (lambda v: isinstance(v, str), "a string"),
@@ -161,7 +153,7 @@ class SampleRequest:
         for name in ("prompt", "infill", "num_samples"):
             if given.get(name) is not None:
                 raise UserError(f"{name} is given for every sample and the requests give one each; drop it", name)
-        base_seed = request.seed if _is_int(request.seed) else 0
+        base_seed = request.seed if is_int(request.seed) else 0
         for name in PER_RUN:
             values = {repr(item[name]) for item in items if item.get(name) is not None}
             if len(values) > 1:
@@ -251,11 +243,7 @@ class SampleRequest:
 
     def _check_types(self, spell: Callable[[str], str]) -> None:
         """Each option's type, before its value is looked at: `length='8'` is refused here, naming what it takes."""
-        for name, (check, allowed) in TYPES.items():
-            value = getattr(self, name)
-            if not check(value):
-                shown = f"{value!r:.60}" if not _is_tensor(value) else f"tensor of shape {tuple(value.shape)}"
-                raise UserError(f"{spell(name)} {shown} is a {type(value).__name__}; allowed: {allowed}", name)
+        check_types({name: getattr(self, name) for name in TYPES}, TYPES, spell)
 
     def _batch_size(self, spell: Callable[[str], str]) -> int:
         """num_samples, or the length of the per-sample lists (which must agree)."""
@@ -281,7 +269,7 @@ class SampleRequest:
         value = getattr(self, name)
         if not isinstance(value, list) or (name == "infill" and is_span_list(value)):
             return None
-        if name == "order" and value and all(_is_int(x) for x in value):
+        if name == "order" and value and all(is_int(x) for x in value):
             return None  # one order, given as a list of positions
         return value
 
@@ -317,6 +305,11 @@ class SampleRequest:
                 parse_infill(infill, encode, builder, spell)
         given = builder.build()
         with about("infill" if infill is not None else "prompt"):
+            if infill is not None and given.positions and given.positions[-1] >= length:
+                raise UserError(
+                    f"{spell('infill')} gives {len(given)} token{'s' * (len(given) > 1)}{of}, up to position {given.positions[-1]}, and "
+                    f"length={length} ends at {length - 1}; allowed: spans within 0..{length - 1}, or a longer length"
+                )
             given.validate(length, vocab_size)
             if len(given) >= length:
                 raise UserError(f"all {length} positions are given{of}; nothing is left to generate")

@@ -130,7 +130,10 @@ def _plan(model):
     [
         ({"length": 41}, "line 2, field 'length': length=41 is outside the model's positions; allowed: 1..40"),
         ({"prompt": "5 6", "length": 2}, "line 2, field 'prompt': prompt has 2 tokens, and length=2 leaves no"),
-        ({"infill": {"spans": [{"start": 50, "tokens": [1]}]}}, "line 2, field 'infill': given position 50 is outside"),
+        (
+            {"infill": {"spans": [{"start": 50, "tokens": [1]}]}},
+            "line 2, field 'infill': infill gives 1 token, up to position 50",
+        ),
         ({"infill": [{"start": 0, "tokens": [61]}]}, "line 2, field 'infill': token id 61 is outside the vocabulary"),
         ({"steps": 30, "length": 10}, "line 2, field 'steps': steps=30 is outside the allowed range 1..10"),
         ({"order": [1, 2]}, r"line 2, field 'order': order has shape \(2,\); allowed: \(40,\)"),
