@@ -1,6 +1,7 @@
 """The static decode step replayed from CUDA graphs, on a GPU only (`pytest -m gpu`; scripts/gpu_check.sh's
 sampler part): replay == the eager static step bitwise, no host sync while the steps run, the dynamic
-sampler's tokens on the sharp fixture, and FlexDecoding as the lowered attention kernel."""
+sampler's tokens on the sharp fixture, a mixed batch's rows equal to their batches of one, and FlexDecoding
+as the lowered attention kernel."""
 
 from __future__ import annotations
 
@@ -152,3 +153,32 @@ def test_the_compiled_step_writes_the_kv_cache_in_place_on_cuda():
     source = "\n".join(code)
     assert "empty_strided" in source
     assert cache_sized_allocations(source, state.decoder.cache.k[0].numel()) == []
+
+
+def test_row_i_of_a_mixed_batch_replayed_from_graphs_is_its_batch_of_one():
+    """Prompts, infill spans, lengths, orders and seeds that differ per row are data in the captured step's
+    buffers: row i of the replayed mixed batch is request i sampled alone (tokens equal on the sharp fixture,
+    its given tokens kept, logits to GEMM rounding), with T = n and with binomial counts (known per row)."""
+    from aogpt_plugin.sampler import Prompt, SampleConfig, generate
+
+    model = tiny_model("adaln", preset="sampler").cuda()
+    mix = [  # (given tokens, length, seed, order)
+        (Prompt((0, 1, 2), (5, 6, 7)), 20, 11, "random"),
+        (Prompt(), 23, 5, "l2r"),
+        (Prompt((2, 3, 10), (9, 8, 7)), 16, 7, "random"),
+        (Prompt((0,), (4,)), 12, 2, "random"),
+    ]
+    prompts, lengths, seeds, orders = zip(*mix, strict=True)
+    for case in (dict(steps=None), dict(steps=5, counts="binomial")):
+        config = SampleConfig(length=23, num_samples=4, lengths=lengths, seeds=seeds, graphs="on", **case)
+        mixed = generate(model, config, prompts, order=list(orders), record=True)
+        for b, (prompt, length, seed, order) in enumerate(mix):
+            alone_config = SampleConfig(length=length, num_samples=1, seed=seed, graphs="on", **case)
+            alone = generate(model, alone_config, prompt, order=[order], record=True)
+            assert mixed.sample_tokens(b) == alone.sample_tokens(0), (case, b)
+            assert all(mixed.tokens[b, p] == t for p, t in zip(prompt.positions, prompt.tokens, strict=True))
+            got = [r.logits[b, : int(r.counts[b])] for r in mixed.trace if int(r.counts[b]) > 0]
+            ref = [r.logits[0, : int(r.counts[0])] for r in alone.trace if int(r.counts[0]) > 0]
+            assert len(got) == len(ref)
+            for g, r in zip(got, ref, strict=True):
+                torch.testing.assert_close(g, r, atol=1e-4, rtol=1e-4)
