@@ -101,6 +101,44 @@ def gpt2_logits(gpt2, tokens: torch.Tensor) -> torch.Tensor:
         return gpt2(torch.cat([start, tokens], dim=1)).logits[:, :-1]
 
 
+def gpt2_loss(gpt2, rows: torch.Tensor) -> float:
+    """transformers' loss of `rows` (B, n), each read after <|endoftext|> (all n tokens of a row scored)."""
+    ids = torch.cat([torch.full((rows.shape[0], 1), gpt2.config.bos_token_id), rows], dim=1)
+    with torch.no_grad():
+        return gpt2(ids, labels=ids).loss.item()
+
+
+def gpt2_start_args(dump: Path, hf_dir: Path, steps: int, **overrides) -> list[str]:
+    """debug_train_args for a `gpt2-tiny` run that starts from the GPT-2 folder `hf_dir` (GPT2_TINY_FLAVOR's
+    shapes) on left-to-right batches, checkpointing every step (each step folder records its loss)."""
+    start = {"model.flavor": "gpt2-tiny", "checkpoint.initial_load_path": str(hf_dir)}
+    start |= {"checkpoint.initial_load_in_hf": True, "aogpt.order": "l2r", "checkpoint.interval": 1}
+    return debug_train_args(dump, steps, **{**start, **overrides})
+
+
+def first_windows(seq_len: int, rows: int) -> torch.Tensor:
+    """The first `rows` training windows of the debug recipe's corpus as one process reads them: its first
+    shard's documents, each followed by <|endoftext|>, packed into consecutive windows of seq_len + 1
+    tokens, of which a row holds the first seq_len."""
+    from aogpt_plugin.data.text_files import iter_documents
+    from aogpt_plugin.data.tokenizer import TiktokenTokenizer
+
+    tokenizer, ids = TiktokenTokenizer("gpt2"), []
+    for doc in iter_documents(str(sorted(TRAIN_CORPUS.glob("enwiki2015_train_*.jsonl"))[0])):
+        ids += tokenizer.encode(doc, add_eos=True)
+        if len(ids) >= rows * (seq_len + 1):
+            break
+    return torch.tensor([ids[r * (seq_len + 1) : r * (seq_len + 1) + seq_len] for r in range(rows)])
+
+
+def recorded_losses(dump: Path) -> dict[int, float]:
+    """{step: training loss} as the step folders' aogpt.json records them (full precision)."""
+    losses = {}
+    for record in sorted((dump / "checkpoint").glob("step-*/aogpt.json")):
+        losses |= {int(s): v[0] for s, v in json.loads(record.read_text())["losses"].items()}
+    return losses
+
+
 needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
 
 

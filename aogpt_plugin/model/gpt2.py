@@ -94,6 +94,16 @@ def _weight_files(path: str, name: str) -> tuple[str, ...]:
     return tuple(os.path.join(path, s) for s in shards)
 
 
+def is_gpt2_folder(path: str) -> bool:
+    """A folder whose config.json is a Hugging Face GPT-2's (anything else: False, nothing raised)."""
+    try:
+        with open(os.path.join(path, "config.json")) as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and config.get("model_type") == MODEL_TYPE
+
+
 def read_gpt2_folder(path: str, key: str = "HF_DIR") -> GPT2Folder:
     """config.json and the weight files of a GPT2LMHeadModel folder, checked; reads no weights.
     `key` names where the path came from in the error (a flag or a config key)."""
