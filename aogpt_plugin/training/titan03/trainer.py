@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from torchtitan.trainer import Trainer
 
 from ...errors import UserError
+from ..batches import log_l2r_share
 from ..checkpoint_record import run_record
 from ..optimizers import hook_guard_and_emas
 from ..sections import AOGPT, EMA, Job, Model, Optimizer, RunSettings, Training, Validation
@@ -68,6 +69,7 @@ class AOGPTTrainer(Trainer):
             self.checkpointer.record_of = lambda: run_record(settings)
             self.checkpointer.guard = guard
         _log_lr_as_0_2_2_did(self.lr_schedulers)
+        log_l2r_share(self.metrics_processor, settings)
 
     def train(self) -> None:
         """Under stock `-m torchtitan.train` (preflight set) a non-finite step is a UserError, so it ends
@@ -98,6 +100,7 @@ def run_settings(config: AOGPTTrainer.Config) -> RunSettings:
             dataset_path=config.dataloader.dataset_path,
             seq_len=t.seq_len,
             local_batch_size=t.local_batch_size,
+            global_batch_size=t.global_batch_size,
             steps=t.steps,
             max_norm=t.max_norm,
         ),

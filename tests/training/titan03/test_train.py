@@ -264,3 +264,24 @@ def test_training_starts_where_the_gpt2_ends(tmp_path):
     proc = launch_train(gpt2_start_args(dump, tmp_path / "hf", 1))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert abs(recorded_losses(dump)[1] - want) < 1e-5
+
+
+def test_the_curriculum_draws_and_logs_as_on_0_2_2(tmp_path):
+    """`--aogpt.l2r_curriculum_steps` under 0.3: the share reaches TensorBoard (aogpt/l2r_share) and, with the
+    global batch split into micro-batches, the steps' losses are 0.2.2's (the same orders were drawn)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    extra = {"aogpt.l2r_curriculum_steps": 2, "training.global_batch_size": 8, "validation.freq": 100}
+    proc = launch_train(_args(tmp_path / "new", 3, **extra))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (folder,) = (tmp_path / "new" / "tb").iterdir()
+    acc = EventAccumulator(str(folder))
+    acc.Reload()
+    assert [(e.step, round(e.value, 6)) for e in acc.Scalars("aogpt/l2r_share")] == [(1, 1.0), (2, 0.55), (3, 0.1)]
+    if not VENV022.exists():
+        pytest.skip(f"no torchtitan 0.2.2 python at {VENV022} to compare with")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    cmd = [str(VENV022), "-m", "aogpt_plugin.train", *_args(tmp_path / "old", 3, **extra)]
+    old = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert old.returncode == 0, old.stderr[-3000:]
+    assert printed_losses(old.stdout + old.stderr) == printed_losses(proc.stdout + proc.stderr)
