@@ -8,7 +8,7 @@ SHARED ?= $(abspath ../shared)
 export TIKTOKEN_CACHE_DIR ?= $(SHARED)/data/tiktoken_cache
 export AOGPT_DATA_DIR ?= $(SHARED)/data
 
-.PHONY: setup setup-titan03 demo test test-titan03 test-slow lint bench-train bench-sampler findings clean
+.PHONY: setup setup-titan03 demo test test-titan03 test-slow lint bench-train bench-sampler findings findings-gpt2 clean
 
 $(VENV)/.installed: pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -61,6 +61,9 @@ bench-sampler: setup
 
 findings: setup
 	$(BIN)/python scripts/reproduce_findings.py
+
+findings-gpt2: setup
+	$(BIN)/python scripts/gpt2_start_study.py
 
 clean:
 	rm -rf outputs

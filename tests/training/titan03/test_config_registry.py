@@ -19,7 +19,9 @@ def _parse(args: list[str]):
     return ConfigManager().parse_args(args)
 
 
-@pytest.mark.parametrize("name", ["aogpt_medium", "aogpt_debug", "aogpt_small_from_gpt2", "aogpt_medium_from_gpt2"])
+@pytest.mark.parametrize(
+    "name", ["aogpt_medium", "aogpt_debug", "aogpt_tiny_from_gpt2", "aogpt_small_from_gpt2", "aogpt_medium_from_gpt2"]
+)
 def test_config_function_equals_its_toml(titan03_on_cpu, name):
     from aogpt_plugin.model import FLAVORS
     from aogpt_plugin.training.sections import AOGPT, EMA
