@@ -68,7 +68,8 @@ def tiny_gpt2(path: Path | None = None, seed: int = 0, weights: str = "safetenso
     logits span a few units as a trained model's do, and its ones/zeros norms and biases perturbed, so
     each tensor's mapping shows), saved to `path` by `save_pretrained` ("safetensors") or, as older
     folders are, a `pytorch_model.bin` of GPT2Model's names (no `transformer.` prefix, the causal-mask
-    buffers kept) beside its config.json ("bin"). Returns the model (eval mode)."""
+    buffers kept) beside its config.json ("bin"; "legacy-bin": in torch < 1.6's file format). Returns the
+    model (eval mode)."""
     import transformers
 
     transformers.utils.logging.disable_progress_bar()  # "Writing model shards" bars on stderr
@@ -90,7 +91,8 @@ def tiny_gpt2(path: Path | None = None, seed: int = 0, weights: str = "safetenso
         n = model.config.n_positions
         for i in range(model.config.n_layer):  # the buffers GPT-2 checkpoints of transformers < 4.30 hold
             state[f"h.{i}.attn.bias"] = torch.tril(torch.ones(n, n, dtype=torch.bool)).view(1, 1, n, n)
-        torch.save(state, Path(path) / "pytorch_model.bin")
+        zipped = weights == "bin"  # "legacy-bin": torch < 1.6's format, which cannot be memory-mapped
+        torch.save(state, Path(path) / "pytorch_model.bin", _use_new_zipfile_serialization=zipped)
     return model
 
 

@@ -223,12 +223,24 @@ def canonical_name(name: str) -> str | None:
     return name if name.startswith(PREFIX) else PREFIX + name
 
 
+def _load_bin(file: str) -> dict[str, torch.Tensor]:
+    """A pytorch_model.bin, memory-mapped (tensors read when touched); files written by torch < 1.6 (no zip
+    container) cannot be mapped and are read whole."""
+    import torch
+
+    try:
+        return torch.load(file, map_location="cpu", mmap=True, weights_only=True)
+    except RuntimeError as e:
+        if "mmap" not in str(e):
+            raise
+        return torch.load(file, map_location="cpu", weights_only=True)
+
+
 class GPT2Weights(Mapping):
     """The folder's tensors under GPT2LMHeadModel's names, each read when asked for (a 6 GB gpt2-xl is
     never held twice). The names and shapes are checked against `args` when it opens."""
 
     def __init__(self, folder: GPT2Folder, args: AOGPTModelArgs):
-        import torch
         from safetensors import SafetensorError, safe_open
 
         self.folder = folder
@@ -240,7 +252,7 @@ class GPT2Weights(Mapping):
                     handle = safe_open(file, framework="pt")
                     names = {n: tuple(handle.get_slice(n).get_shape()) for n in handle.keys()}  # noqa: SIM118
                 else:
-                    handle = torch.load(file, map_location="cpu", mmap=True, weights_only=True)
+                    handle = _load_bin(file)
                     names = {n: tuple(t.shape) for n, t in handle.items()}
             except (OSError, SafetensorError, RuntimeError, ValueError) as e:
                 raise UserError(

@@ -37,7 +37,7 @@ def ao_from_folder(path, conditioning: str = "adaln") -> AOGPT:
     return model.eval()
 
 
-@pytest.mark.parametrize("weights", ["safetensors", "bin"])
+@pytest.mark.parametrize("weights", ["safetensors", "bin", "legacy-bin"])
 @pytest.mark.parametrize("conditioning", ["adaln", "concat", "none"])
 def test_at_the_identity_order_the_logits_are_gpt2s_after_endoftext(tmp_path, weights, conditioning):
     gpt2 = tiny_gpt2(tmp_path, weights=weights)
