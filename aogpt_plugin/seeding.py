@@ -57,6 +57,8 @@ STREAMS: dict[str, Stream] = {
     "sample_plan": Stream("seed (orders, binomial counts)", tag=0x0BDE, tag_first=False),
     "sample_noise": Stream("seed (Gumbel noise, on the model's device)", tag=0x6E75, tag_first=False),
     "sample_batch": Stream("seed, batch index"),
+    # `aogpt convert --from-hf` (model/gpt2.py): adaLN's target-position table, which GPT-2 has not
+    "gpt2_target_table": Stream("seed", tag=0x6972, tag_first=False),
 }
 
 

@@ -46,6 +46,14 @@ def test_the_sections_hold_the_commands_a_newcomer_needs():
     assert len(python) == 1 and all(call in python[0] for call in calls)
 
 
+def test_the_gpt2_section_holds_both_ways_in():
+    (block,) = readme_blocks("Start from GPT-2")
+    for command in ("aogpt convert --from-hf", "--checkpoint.initial_load_in_hf", "make_gpt2_standin.py"):
+        assert command in block, command
+    text = (ROOT / "README.md").read_text().split("\n## Start from GPT-2\n", 1)[1].split("\n## ", 1)[0]
+    assert "aogpt_small_from_gpt2.toml" in text and "l2r_curriculum_steps" in text
+
+
 def test_the_python_block_runs_as_written(tmp_path):
     """The block verbatim, where the Convert block leaves the debug model: here a folder of the debug
     recipe's shape with random weights (the slow test below runs it on the trained model)."""
@@ -94,3 +102,28 @@ def test_train_convert_and_python_blocks_run_verbatim_in_order(tmp_path):
             )
             assert proc.returncode == 0, f"{section} block failed:\n{block}\n{proc.stderr[-3000:]}"
             assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_the_start_from_gpt2_block_runs_verbatim(tmp_path):
+    """Its commands as written, in a fresh copy: the stand-in GPT-2, `aogpt convert --from-hf`, training from it,
+    evaluation in both readings, an infill (minutes)."""
+    pytest.importorskip("transformers")
+    clone = tmp_path / "repo"
+    shutil.copytree(ROOT, clone, ignore=shutil.ignore_patterns(".git", ".venv*", "outputs", "__pycache__", ".whl"))
+    (tmp_path / "shared").symlink_to(SHARED_DATA.parent)
+    env = {
+        **os.environ,
+        "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": str(clone),
+        **READ_ENV,
+    }
+    (block,) = readme_blocks("Start from GPT-2")
+    proc = subprocess.run(
+        block_command(block, "bash"), cwd=clone, env=env, capture_output=True, text=True, timeout=1800
+    )
+    assert proc.returncode == 0, f"{block}\n{proc.stderr[-3000:]}"
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert (
+        proc.stdout.count("ppl ") >= 2 and (clone / "outputs" / "aogpt_tiny_from_gpt2_model" / "config.json").exists()
+    )
