@@ -11,7 +11,7 @@ export AOGPT_DATA_DIR ?= $(SHARED)/data
 VENV211 ?= .venv211
 BIN211 := $(VENV211)/bin
 
-.PHONY: setup setup-titan03 setup-torch211 demo test test-titan03 test-torch211 test-slow lint bench-train bench-sampler findings clean
+.PHONY: setup setup-titan03 setup-torch211 demo test test-titan03 test-torch211 test-slow lint bench-train bench-sampler findings findings-gpt2 clean
 
 $(VENV)/.installed: pyproject.toml
 	@echo "setup: $(VENV) with torch 2.13.0 (CPU wheel), torchtitan 0.2.2, lm-eval, transformers, ruff and pytest (about 3 minutes the first time, quiet pip)"
@@ -83,6 +83,9 @@ bench-sampler: setup
 
 findings: setup
 	$(BIN)/python scripts/reproduce_findings.py
+
+findings-gpt2: setup
+	$(BIN)/python scripts/gpt2_start_study.py
 
 clean:
 	rm -rf outputs

@@ -18,7 +18,10 @@ from .errors import UserError, exit_status, interrupted_line, restore_signals, s
 
 COMMANDS = {  # name: (module whose add_to defines it, one-line help); train, lm-eval: their own parsers
     "train": (None, "train with torchtitan: `python -m aogpt_plugin.train ARGS` (torchrun -m ... for several)"),
-    "convert": ("aogpt_plugin.convert", "torchtitan DCP checkpoint -> model folder (safetensors + config.json)"),
+    "convert": (
+        "aogpt_plugin.convert",
+        "torchtitan DCP checkpoint or Hugging Face GPT-2 folder -> model folder (safetensors + config.json)",
+    ),
     "export": ("aogpt_plugin.hf_export", "model folder or checkpoint -> Hugging Face folder (trust_remote_code)"),
     "tokenizer": ("aogpt_plugin.data.tokenizer_training", "train a byte-level BPE tokenizer.json on a corpus"),
     "data": ("aogpt_plugin.data.prepare", "fetch a corpus once into jsonl shards + manifest, to train offline"),

@@ -48,6 +48,21 @@ def aogpt_medium():
     return recipe("aogpt_medium")
 
 
+def aogpt_tiny_from_gpt2():
+    """train_configs/aogpt_tiny_from_gpt2.toml (CPU, the study's): give the GPT-2 folder as --checkpoint.initial_load_path."""
+    return recipe("aogpt_tiny_from_gpt2")
+
+
+def aogpt_small_from_gpt2():
+    """train_configs/aogpt_small_from_gpt2.toml: give the GPT-2 folder as --checkpoint.initial_load_path HF_DIR."""
+    return recipe("aogpt_small_from_gpt2")
+
+
+def aogpt_medium_from_gpt2():
+    """train_configs/aogpt_medium_from_gpt2.toml: give the GPT-2 folder as --checkpoint.initial_load_path HF_DIR."""
+    return recipe("aogpt_medium_from_gpt2")
+
+
 def ar_gpt_medium():
     return recipe("ar_gpt_medium")
 

@@ -1,4 +1,5 @@
-"""`aogpt convert CHECKPOINT_DIR OUT_DIR`: a torchtitan DCP checkpoint -> model.safetensors + config.json.
+"""`aogpt convert CHECKPOINT_DIR OUT_DIR`: a torchtitan DCP checkpoint -> model.safetensors + config.json;
+`aogpt convert --from-hf HF_DIR OUT_DIR`: a Hugging Face GPT-2 folder -> the same (model/gpt2.py).
 
 Reads the checkpoint without torchtitan and without a process group (DCP `no_dist` load, which
 reassembles shards written by any world size). The model args and the tokenizer come from the
@@ -210,29 +211,116 @@ def read_checkpoint(
     return state, config
 
 
+TARGET_TABLE_SEED = 0  # the seed of adaLN's target table in a GPT-2 conversion (recorded in config.json)
+
+
+def convert_from_hf(hf_dir: str, out_dir: str, tokenizer: str | None = None, force: bool = False) -> ModelDirConfig:
+    """A Hugging Face GPT2LMHeadModel folder -> a model folder on GPT-2's backbone, adaLN at the identity
+    (model/gpt2.py): at the identity order it scores text exactly as the GPT-2 does after <|endoftext|>.
+    Everything is checked (the weight files' names and shapes too) before OUT_DIR is taken."""
+    from .data.tokenizer import load_tokenizer
+    from .model.gpt2 import (
+        RANDOM_TABLE,
+        GPT2Weights,
+        check_start_token,
+        from_gpt2,
+        gpt2_model_args,
+        init_target_table,
+        read_gpt2_folder,
+    )
+    from .model_dir import ModelDirConfig, check_out_dir, save_model_dir
+
+    spec = tokenizer or "gpt2"
+    folder = read_gpt2_folder(hf_dir, "--from-hf")
+    args = gpt2_model_args(folder)
+    tok = load_tokenizer(spec, key="--tokenizer")
+    if tok.get_vocab_size() != args.vocab_size:
+        raise UserError(
+            f"GPT-2 folder {hf_dir!r} has a vocabulary of {args.vocab_size} tokens (vocab_size) but --tokenizer "
+            f"{spec!r} has {tok.get_vocab_size()}; give the tokenizer the GPT-2 was trained with"
+        )
+    check_start_token(folder, tok.eos_id, spec, "--tokenizer")
+    weights = GPT2Weights(folder, args)  # opened and checked (names, shapes); nothing read yet
+    check_out_dir(out_dir, force)
+    try:
+        state = from_gpt2(weights, args, folder.start_token_id)
+    except KeyboardInterrupt as e:
+        e.detail = f"{out_dir!r} was not written"
+        raise
+    if args.conditioning == "adaln":
+        state[RANDOM_TABLE] = init_target_table(args, TARGET_TABLE_SEED)
+    config = ModelDirConfig(
+        model_args=args,
+        tokenizer=spec,
+        step=0,
+        weights="raw",
+        source=os.path.abspath(hf_dir),
+        extra={"from_hf": {"model_type": "gpt2", "target_table_seed": TARGET_TABLE_SEED}},
+    )
+    save_model_dir(out_dir, state, config)
+    return config
+
+
 # ---- `aogpt convert` -----------------------------------------------------------------------
 def add_to(subparsers) -> None:
-    p = subparsers.add_parser("convert", help="torchtitan DCP checkpoint -> model.safetensors + config.json")
-    p.add_argument("checkpoint_dir", help="a step-N checkpoint folder, or the folder holding them (newest wins)")
-    p.add_argument("out_dir", help="output folder (must not exist unless --force)")
-    p.add_argument("--weights", choices=WEIGHTS, default="ema", help="EMA (default) or raw training weights")
+    p = subparsers.add_parser(
+        "convert",
+        help="torchtitan DCP checkpoint (or a Hugging Face GPT-2 folder) -> model.safetensors + config.json",
+        usage="aogpt convert CHECKPOINT_DIR OUT_DIR [--weights W] [--step N] [--tokenizer T] [--force]\n"
+        "       aogpt convert --from-hf HF_DIR OUT_DIR [--tokenizer T] [--force]",
+    )
+    p.add_argument(
+        "paths",
+        nargs="+",
+        metavar="CHECKPOINT_DIR OUT_DIR",
+        help="a step-N checkpoint folder (or the folder holding them: newest wins), then the output folder (must "
+        "not exist unless --force); with --from-hf the output folder alone",
+    )
+    p.add_argument(
+        "--from-hf",
+        metavar="HF_DIR",
+        default=None,
+        help="convert a Hugging Face GPT2LMHeadModel folder (config.json + model.safetensors or pytorch_model.bin) "
+        "instead of a checkpoint: GPT-2's backbone, adaLN at the identity",
+    )
+    p.add_argument("--weights", choices=WEIGHTS, default=None, help="EMA (default) or raw training weights")
     p.add_argument("--step", type=int, default=None, help="which step-N folder to convert")
     p.add_argument(
         "--tokenizer",
         default=None,
-        help="only for checkpoints older than their aogpt.json record (which names the tokenizer): the run's "
-        "[aogpt] tokenizer, gpt2 (default), a tokenizer.json (copied) or symbols:V",
+        help="--from-hf: the GPT-2's tokenizer (default gpt2); a checkpoint: only one older than its aogpt.json "
+        "record (which names the tokenizer): the run's [aogpt] tokenizer, gpt2 (default), a tokenizer.json (copied) "
+        "or symbols:V",
     )
     p.add_argument("--force", action="store_true", help="replace OUT_DIR (only once the new one is complete)")
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
-    config = convert(args.checkpoint_dir, args.out_dir, args.weights, args.step, args.tokenizer, args.force)
+    if args.from_hf is not None:
+        if len(args.paths) != 1:
+            raise UserError(f"with --from-hf give OUT_DIR alone; got {len(args.paths)} paths {args.paths}")
+        given = [f for f, v in (("--weights", args.weights), ("--step", args.step)) if v is not None]
+        if given:
+            raise UserError(
+                f"{given[0]} applies to a checkpoint; --from-hf reads a GPT-2 folder, which has one set of weights"
+            )
+        config = convert_from_hf(args.from_hf, args.paths[0], args.tokenizer, args.force)
+        a = config.model_args
+        print(
+            f"converted GPT-2 {config.source} -> {args.paths[0]}: {a.n_layers}L/{a.dim}d/{a.n_heads}H, GPT-2 backbone, "
+            f"conditioning={a.conditioning} (at the identity), positions={a.max_seq_len}"
+        )
+        print(json.dumps({"out_dir": args.paths[0], "step": config.step, "weights": config.weights}))
+        return 0
+    if len(args.paths) != 2:
+        raise UserError(f"give CHECKPOINT_DIR OUT_DIR (or --from-hf HF_DIR OUT_DIR); got {len(args.paths)} paths")
+    checkpoint_dir, out_dir = args.paths
+    config = convert(checkpoint_dir, out_dir, args.weights or "ema", args.step, args.tokenizer, args.force)
     a = config.model_args
     print(
-        f"converted step {config.step} ({config.weights} weights) from {config.source} -> {args.out_dir}: "
+        f"converted step {config.step} ({config.weights} weights) from {config.source} -> {out_dir}: "
         f"{a.n_layers}L/{a.dim}d/{a.n_heads}H, conditioning={a.conditioning}, positions={a.max_seq_len}"
     )
-    print(json.dumps({"out_dir": args.out_dir, "step": config.step, "weights": config.weights}))
+    print(json.dumps({"out_dir": out_dir, "step": config.step, "weights": config.weights}))
     return 0

@@ -58,6 +58,8 @@ STREAMS: dict[str, Stream] = {
     "sample_noise": Stream(
         "a sample's seed (the key of its counter-based Gumbel noise, sampler/noise.py)", tag=0x6E75, tag_first=False
     ),  # fmt: skip
+    # `aogpt convert --from-hf` (model/gpt2.py): adaLN's target-position table, which GPT-2 has not
+    "gpt2_target_table": Stream("seed", tag=0x6972, tag_first=False),
 }
 
 

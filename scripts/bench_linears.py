@@ -72,7 +72,7 @@ def bench(flavor: str, rows: list[int], passes: int, kernels: list[str]) -> dict
     torch.manual_seed(0)
     with torch.no_grad():
         linears = [nn.Linear(i, o).requires_grad_(False) for i, o in decode_linear_shapes(flavor)]
-        onednn = [PackedLinear(lin) for lin in linears] if "onednn" in kernels else []
+        onednn = [PackedLinear(lin.weight, lin.bias) for lin in linears] if "onednn" in kernels else []
         runs = {m: {k: kernel_pass(k, linears, m, onednn) for k in kernels} for m in rows}
         times = {m: {k: [] for k in kernels} for m in rows}
         for round_ in range(passes + 1):  # round 0 warms up

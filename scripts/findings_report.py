@@ -747,4 +747,23 @@ def write_report(out: Path, docs: Path, results: dict, meta: dict) -> None:
     for run, cmd in sorted(meta["commands"].items()):
         add(f"- `{run}`: `{cmd}`\n")
     docs.parent.mkdir(parents=True, exist_ok=True)
-    docs.write_text("".join(L))
+    docs.write_text("".join(L) + kept_blocks(docs))
+
+
+KEPT_BEGIN, KEPT_END = "<!-- kept: ", "<!-- end kept -->"
+
+
+def kept_blocks(docs: Path) -> str:
+    """The blocks other studies write into the same file (scripts/gpt2_start_study.py), between
+    `<!-- kept: NAME -->` and `<!-- end kept -->`: carried over as they are when this report is rewritten."""
+    if not docs.exists():
+        return ""
+    blocks, text = [], docs.read_text()
+    while KEPT_BEGIN in text:
+        text = text[text.index(KEPT_BEGIN) :]
+        end = text.find(KEPT_END)
+        if end < 0:
+            break
+        blocks.append(text[: end + len(KEPT_END)] + "\n")
+        text = text[end + len(KEPT_END) :]
+    return "".join("\n" + b for b in blocks)

@@ -17,7 +17,8 @@
 # GPU_CHECK_PARTS="tests first_steps bench sampler sampler_compile" (the default: all) runs a subset, e.g. to
 # fit one 10-minute call; parts: tests, train_bench, train_profile, first_steps (the group `training` = these
 # three: at most 9 minutes, `GPU_CHECK_PARTS=training`), `bench` (every bench but the graphed sampler's:
-# train_bench, train_profile and the dynamic sampler's), `sampler` and `sampler_compile`.
+# train_bench, train_profile and the dynamic sampler's), `sampler` and `sampler_compile`; `train_compile_model`
+# only when named (the small bench with the whole model compiled).
 # GPU_CHECK_TRAIN_FLAVORS="small" limits the training benches to those flavors (default: small medium).
 # The sampler part (issue 33; at most 7 minutes on one H100, each step under its own timeout): the CUDA tests of
 # the graphed static step (tests/gpu/test_graphed_sampler.py), then `aogpt bench sampler --graphs on` for small at
@@ -102,6 +103,10 @@ if want train_bench training bench; then
 fi
 want train_profile training bench && timed "bench_train_profile_$PROFILE_FLAVOR" "$PROFILE_SECONDS" \
     sh -c "$AOGPT_Q bench train --flavor $PROFILE_FLAVOR $PROFILE_SIZE --profile --json > $OUT/bench_train_profile_$PROFILE_FLAVOR.json"
+# train_compile_model (asked for by name only): the whole model compiled against per-block compile, one run
+# (the profile of 2026-11-27 found a small step host-bound: fewer compiled regions, fewer host calls)
+want train_compile_model && timed "bench_train_compile_model_$PROFILE_FLAVOR" "$PROFILE_SECONDS" \
+    sh -c "$AOGPT_Q bench train --flavor $PROFILE_FLAVOR ${TRAIN_SIZE/--compile/--compile model} --json > $OUT/bench_train_compile_model_$PROFILE_FLAVOR.json"
 want first_steps training && timed "first_steps_$FIRST_RECIPE" "$FIRST_SECONDS" \
     "$PY" -m aogpt_plugin.train --job.config_file "train_configs/$FIRST_RECIPE.toml" \
     --job.dump_folder "/tmp/aogpt_first_steps_$$" --training.dataset local \

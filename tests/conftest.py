@@ -57,6 +57,90 @@ def tiny_model(
     return model.eval().requires_grad_(False) if frozen else model
 
 
+# A tiny GPT-2 as transformers makes and saves it (the shapes of model.FLAVORS["gpt2-tiny"] are in
+# GPT2_TINY_FLAVOR, for training from the folder).
+GPT2_TINY = dict(n_layer=2, n_embd=32, n_head=4, n_positions=33, vocab_size=50257)
+GPT2_TINY_FLAVOR = dict(n_layer=4, n_embd=128, n_head=4, n_positions=256, vocab_size=50257)
+
+
+def tiny_gpt2(path: Path | None = None, seed: int = 0, weights: str = "safetensors", **config):
+    """A GPT2LMHeadModel made by transformers (random weights: its init with every matrix scaled x5, so
+    logits span a few units as a trained model's do, and its ones/zeros norms and biases perturbed, so
+    each tensor's mapping shows), saved to `path` by `save_pretrained` ("safetensors") or, as older
+    folders are, a `pytorch_model.bin` of GPT2Model's names (no `transformer.` prefix, the causal-mask
+    buffers kept) beside its config.json ("bin"; "legacy-bin": in torch < 1.6's file format). Returns the
+    model (eval mode)."""
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()  # "Writing model shards" bars on stderr
+    torch.manual_seed(seed)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(**{**GPT2_TINY, **config})).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.mul_(5.0)
+            else:
+                p.add_(torch.randn_like(p) * 0.1)
+    if path is None:
+        return model
+    if weights == "safetensors":
+        model.save_pretrained(path)
+    else:
+        model.config.save_pretrained(path)
+        state = {k.removeprefix("transformer."): v for k, v in model.state_dict().items() if k != "lm_head.weight"}
+        n = model.config.n_positions
+        for i in range(model.config.n_layer):  # the buffers GPT-2 checkpoints of transformers < 4.30 hold
+            state[f"h.{i}.attn.bias"] = torch.tril(torch.ones(n, n, dtype=torch.bool)).view(1, 1, n, n)
+        zipped = weights == "bin"  # "legacy-bin": torch < 1.6's format, which cannot be memory-mapped
+        torch.save(state, Path(path) / "pytorch_model.bin", _use_new_zipfile_serialization=zipped)
+    return model
+
+
+def gpt2_logits(gpt2, tokens: torch.Tensor) -> torch.Tensor:
+    """transformers' GPT-2 logits of `tokens` (B, n) read after <|endoftext|>: row j scores tokens[:, j]."""
+    start = torch.full((tokens.shape[0], 1), gpt2.config.bos_token_id, dtype=torch.long)
+    with torch.no_grad():
+        return gpt2(torch.cat([start, tokens], dim=1)).logits[:, :-1]
+
+
+def gpt2_loss(gpt2, rows: torch.Tensor) -> float:
+    """transformers' loss of `rows` (B, n), each read after <|endoftext|> (all n tokens of a row scored)."""
+    ids = torch.cat([torch.full((rows.shape[0], 1), gpt2.config.bos_token_id), rows], dim=1)
+    with torch.no_grad():
+        return gpt2(ids, labels=ids).loss.item()
+
+
+def gpt2_start_args(dump: Path, hf_dir: Path, steps: int, **overrides) -> list[str]:
+    """debug_train_args for a `gpt2-tiny` run that starts from the GPT-2 folder `hf_dir` (GPT2_TINY_FLAVOR's
+    shapes) on left-to-right batches, checkpointing every step (each step folder records its loss)."""
+    start = {"model.flavor": "gpt2-tiny", "checkpoint.initial_load_path": str(hf_dir)}
+    start |= {"checkpoint.initial_load_in_hf": True, "aogpt.order": "l2r", "checkpoint.interval": 1}
+    return debug_train_args(dump, steps, **{**start, **overrides})
+
+
+def first_windows(seq_len: int, rows: int) -> torch.Tensor:
+    """The first `rows` training windows of the debug recipe's corpus as one process reads them: its first
+    shard's documents, each followed by <|endoftext|>, packed into consecutive windows of seq_len + 1
+    tokens, of which a row holds the first seq_len."""
+    from aogpt_plugin.data.text_files import iter_documents
+    from aogpt_plugin.data.tokenizer import TiktokenTokenizer
+
+    tokenizer, ids = TiktokenTokenizer("gpt2"), []
+    for doc in iter_documents(str(sorted(TRAIN_CORPUS.glob("enwiki2015_train_*.jsonl"))[0])):
+        ids += tokenizer.encode(doc, add_eos=True)
+        if len(ids) >= rows * (seq_len + 1):
+            break
+    return torch.tensor([ids[r * (seq_len + 1) : r * (seq_len + 1) + seq_len] for r in range(rows)])
+
+
+def recorded_losses(dump: Path) -> dict[int, float]:
+    """{step: training loss} as the step folders' aogpt.json records them (full precision)."""
+    losses = {}
+    for record in sorted((dump / "checkpoint").glob("step-*/aogpt.json")):
+        losses |= {int(s): v[0] for s, v in json.loads(record.read_text())["losses"].items()}
+    return losses
+
+
 needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
 
 

@@ -537,3 +537,21 @@ def test_text_the_model_does_not_embed_is_one_error(tmp_path):
     lm = aogpt_plugin.load(tmp_path / "m", device="cpu")
     with pytest.raises(InputError, match="has a 61-token vocabulary but its tokenizer 'gpt2' has 50257"):
         lm.score(["hello world"] * 20)
+
+
+def test_a_converted_gpt2_scores_text_as_transformers_does(tmp_path):
+    """`aogpt_plugin.load` of a `aogpt convert --from-hf` folder: log p(x) left to right, per token, is
+    the GPT-2's after <|endoftext|>, and gradients reach the tied head (the token embedding)."""
+    pytest.importorskip("transformers")
+    from conftest import gpt2_logits, tiny_gpt2
+
+    gpt2 = tiny_gpt2(tmp_path / "hf")
+    assert cli.main(["convert", "--from-hf", str(tmp_path / "hf"), str(tmp_path / "ao")]) == 0
+    lm = aogpt_plugin.load(str(tmp_path / "ao"))
+    tokens = torch.randint(0, 50256, (2, 20), generator=torch.Generator().manual_seed(3))
+    ours = lm.logprob(tokens, per_token=True)
+    theirs = torch.log_softmax(gpt2_logits(gpt2, tokens), -1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    torch.testing.assert_close(ours.detach(), theirs, atol=1e-5, rtol=0)
+    lm.module.requires_grad_(True)
+    (-lm.logprob(tokens).sum()).backward()
+    assert lm.module.output is None and lm.module.tok_embeddings.weight.grad.abs().sum() > 0

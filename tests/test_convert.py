@@ -5,6 +5,7 @@ full disk and a signal are one line, with nothing left behind."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -131,3 +132,71 @@ def test_a_signal_while_writing_is_one_line_and_removes_the_temporary(tmp_path, 
     name = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C (SIGINT)"
     assert err.splitlines() == [f"error: stopped by {name}; '{out}' was not written (nothing was left behind)"]
     assert os.listdir(tmp_path / "out") == []  # no temporary, no lock file
+
+
+# ---- aogpt convert --from-hf ------------------------------------------------------------------------
+def _convert_cli(capsys, argv):
+    from aogpt_plugin.cli import main
+
+    try:
+        code = main(["convert", *argv])
+    except SystemExit as e:
+        code = e.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize("weights", ["safetensors", "bin"])
+def test_from_hf_writes_a_model_folder_that_reads_as_the_gpt2(tmp_path, capsys, weights):
+    pytest.importorskip("transformers")
+    from conftest import gpt2_logits, tiny_gpt2
+
+    from aogpt_plugin.model_dir import load_model_dir
+
+    gpt2 = tiny_gpt2(tmp_path / "hf", weights=weights)
+    code, out, err = _convert_cli(capsys, ["--from-hf", str(tmp_path / "hf"), str(tmp_path / "ao")])
+    assert code == 0, err
+    assert out.splitlines()[0].startswith(f"converted GPT-2 {tmp_path / 'hf'} -> {tmp_path / 'ao'}: 2L/32d/4H")
+    loaded = load_model_dir(str(tmp_path / "ao"))
+    assert loaded.args.gpt2_backbone and loaded.args.max_seq_len == 32 and loaded.config.tokenizer == "gpt2"
+    assert loaded.config.extra["from_hf"] == {"model_type": "gpt2", "target_table_seed": 0}
+    tokens = torch.randint(0, 50256, (2, 32), generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(loaded.model(tokens)[..., :50257], gpt2_logits(gpt2, tokens), atol=1e-5, rtol=0)
+    again = tmp_path / "again"
+    assert _convert_cli(capsys, ["--from-hf", str(tmp_path / "hf"), str(again)])[0] == 0
+    assert (again / "model.safetensors").read_bytes() == (tmp_path / "ao" / "model.safetensors").read_bytes()
+
+
+def test_from_hf_bad_input_is_one_line_before_any_weight_is_read_and_writes_nothing(tmp_path, capsys):
+    pytest.importorskip("transformers")
+    from conftest import tiny_gpt2
+
+    tiny_gpt2(tmp_path / "hf")
+    (tmp_path / "damaged").mkdir()
+    tiny_gpt2(tmp_path / "damaged")
+    (tmp_path / "damaged" / "model.safetensors").write_bytes(b"no safetensors header")
+    (tmp_path / "bos").mkdir()
+    tiny_gpt2(tmp_path / "bos", bos_token_id=7)
+    (tmp_path / "taken").mkdir()
+    hf, out = str(tmp_path / "hf"), str(tmp_path / "out")
+    cases = [
+        (["--from-hf", str(tmp_path / "nope"), out], "--from-hf='.*nope' does not exist"),
+        (
+            ["--from-hf", hf, out, "--tokenizer", "symbols:61"],
+            "vocabulary of 50257 tokens .* --tokenizer 'symbols:61' has 61",
+        ),
+        (
+            ["--from-hf", str(tmp_path / "bos"), out],
+            "begins texts with token 7 \\(bos_token_id\\) but --tokenizer='gpt2' ends them with 50256",
+        ),
+        (["--from-hf", hf, out, "--weights", "raw"], "--weights applies to a checkpoint"),
+        (["--from-hf", hf, out, str(tmp_path / "x")], "with --from-hf give OUT_DIR alone"),
+        (["--from-hf", hf, str(tmp_path / "taken")], "already exists; pass --force"),
+        ([hf], "give CHECKPOINT_DIR OUT_DIR \\(or --from-hf HF_DIR OUT_DIR\\)"),
+        (["--from-hf", str(tmp_path / "damaged"), out], "GPT-2 folder '.*damaged': cannot read model.safetensors"),
+    ]
+    for argv, message in cases:
+        code, _out, err = _convert_cli(capsys, argv)
+        assert code == 2 and len(err.splitlines()) == 1 and err.startswith("error: "), err
+        assert re.search(message, err), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bos", "damaged", "hf", "taken"]

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 import torch
-from conftest import HELDOUT, SHARED_DATA, load_with_transformers, tiny_model
+from conftest import HELDOUT, SHARED_DATA, gpt2_logits, load_with_transformers, tiny_gpt2, tiny_model
 
 from aogpt_plugin.cli import main
 from aogpt_plugin.hf_export import ExportSourceError, _read_module, export, gpt2_vocab_and_merges, model_source
@@ -28,9 +28,18 @@ TEXTS = ["Hello world, it's 2024!  ok", "naïve café — 東京\n\n  tabs\tand 
 
 
 @pytest.fixture(scope="module")
-def folders(tmp_path_factory):
+def gpt2(tmp_path_factory):
+    """A tiny GPT-2 saved by transformers (conftest.tiny_gpt2) and its folder."""
+    path = tmp_path_factory.mktemp("gpt2") / "hf"
+    return tiny_gpt2(path), str(path)
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory, gpt2):
     """One exported model per conditioning and tokenizer kind: adaLN + GPT-2, concat + a trained
-    tokenizer.json, none (plain GPT) + bare symbols; {name: (model, source folder, exported folder)}."""
+    tokenizer.json, none (plain GPT) + bare symbols, and a GPT-2 converted by `aogpt convert --from-hf`
+    (GPT-2's backbone); {name: (model, source folder, exported folder)}."""
+    from aogpt_plugin.convert import convert_from_hf
     from aogpt_plugin.data.tokenizer_training import train_tokenizer
 
     root = tmp_path_factory.mktemp("hf_export")
@@ -46,6 +55,9 @@ def folders(tmp_path_factory):
         save_model(model, str(root / f"{name}-src"), tokenizer=tokenizer)
         export(str(root / f"{name}-src"), str(root / name))
         made[name] = (model, str(root / f"{name}-src"), str(root / name))
+    convert_from_hf(gpt2[1], str(root / "gpt2-src"))
+    export(str(root / "gpt2-src"), str(root / "gpt2"))
+    made["gpt2"] = (load_model_dir(str(root / "gpt2-src")).model, str(root / "gpt2-src"), str(root / "gpt2"))
     return made
 
 
@@ -63,7 +75,7 @@ def loaded(folders, tmp_path_factory):
     return inputs, load_with_transformers(cases, inputs, work)
 
 
-@pytest.mark.parametrize("name", ["adaln", "concat", "none"])
+@pytest.mark.parametrize("name", ["adaln", "concat", "none", "gpt2"])
 def test_transformers_gives_our_logits_bit_for_bit(folders, loaded, name):
     """Same code (generated from ours), same float32 weights, one thread on both sides: equal bits,
     left to right and in a random order; the HF model leaves out the padded vocabulary rows."""
@@ -83,7 +95,16 @@ def test_transformers_gives_our_logits_bit_for_bit(folders, loaded, name):
     assert not torch.equal(ours_l2r, ours_order)  # the order reached the model
 
 
-@pytest.mark.parametrize("name", ["adaln", "concat"])
+def test_an_exported_gpt2_gives_gpt2s_logits_left_to_right(gpt2, loaded):
+    """GPT-2 -> `aogpt convert --from-hf` -> `aogpt export` -> AutoModel (in a process without aogpt): at the
+    identity order its logits are the GPT-2's after <|endoftext|>."""
+    inputs, out = loaded
+    theirs = gpt2_logits(gpt2[0], inputs["gpt2/tokens"])
+    torch.testing.assert_close(out["gpt2/l2r"], theirs, atol=1e-5, rtol=0)
+    assert not torch.allclose(out["gpt2/order"], theirs, atol=1e-2)  # another order reads other contexts
+
+
+@pytest.mark.parametrize("name", ["adaln", "concat", "gpt2"])
 def test_auto_tokenizer_gives_our_tokenizers_ids(folders, loaded, name):
     config = read_config(folders[name][2])
     tok = config.build_tokenizer(folders[name][2])

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from aogpt_plugin.errors import ConfigError
-from aogpt_plugin.orders import OrderSampler, blockwise_order
+from aogpt_plugin.orders import L2RCurriculum, OrderSampler, blockwise_order, check_curriculum
 from aogpt_plugin.seeding import stream_generator
 
 
@@ -87,3 +89,59 @@ def test_old_spelling_uniform_is_an_alias_of_random_with_a_note():
         s = OrderSampler("uniform", 16, seed=5)
     assert s.kind == "random"
     assert torch.equal(s.sample(2, 3), OrderSampler("random", 16, seed=5).sample(2, 3))
+
+
+# ---- the left-to-right curriculum -------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", ["linear", "cosine"])
+def test_the_curriculum_falls_from_one_to_p_l2r_over_its_steps(shape):
+    c = L2RCurriculum(10, shape)
+    shares = [c.share(step, 0.1) for step in range(1, 14)]
+    assert shares[0] == 1.0 and shares[10:] == [0.1, 0.1, 0.1]  # step 1: all left to right; from step 11: p_l2r
+    assert all(a > b for a, b in zip(shares[:10], shares[1:11], strict=True))  # falls at every step
+    assert shares[5] == pytest.approx(0.55)  # half way (step 6 of 10): both shapes at the middle
+    quarter = L2RCurriculum(8, shape).share(3, 0.0)  # a quarter of the way
+    assert quarter == pytest.approx(0.75 if shape == "linear" else (1 + math.cos(math.pi / 4)) / 2)
+    assert L2RCurriculum(0, shape).share(1, 0.1) == 0.1  # off: p_l2r from the start
+
+
+def test_the_step_of_a_sequence_counts_a_streams_sequences_per_step():
+    c = L2RCurriculum(4, sequences_per_step=3)
+    assert [c.step_of(i) for i in range(7)] == [1, 1, 1, 2, 2, 2, 3]
+
+
+def test_under_the_curriculum_the_first_steps_read_left_to_right_then_mixture():
+    """Step 1 draws only left to right (share 1.0); after the curriculum the share is p_l2r's (binomial
+    window). The same sampler without curriculum draws p_l2r at step 1: the curriculum is what differs."""
+    ident, per_step = torch.arange(16), 500
+    c = L2RCurriculum(2, sequences_per_step=per_step)
+    with_curriculum = OrderSampler("mixture", 16, p_l2r=0.1, seed=0, curriculum=c)
+    plain = OrderSampler("mixture", 16, p_l2r=0.1, seed=0)
+    first = [torch.equal(with_curriculum.sample(0, i), ident) for i in range(per_step)]
+    after = [torch.equal(with_curriculum.sample(0, i), ident) for i in range(2 * per_step, 6 * per_step)]
+    assert all(first)
+    assert 150 < sum(after) < 250  # Binomial(2000, 0.1): mean 200, sd 13.4
+    assert 20 < sum(torch.equal(plain.sample(0, i), ident) for i in range(per_step)) < 80  # Binomial(500, 0.1)
+    for i in range(2 * per_step, 2 * per_step + 50):  # once it is over, the orders are the plain sampler's
+        assert torch.equal(with_curriculum.sample(0, i), plain.sample(0, i))
+
+
+def test_without_a_curriculum_the_orders_are_bitwise_the_old_ones():
+    off = OrderSampler("mixture", 16, p_l2r=0.1, seed=3, curriculum=L2RCurriculum(0, sequences_per_step=7))
+    plain = OrderSampler("mixture", 16, p_l2r=0.1, seed=3)
+    assert all(torch.equal(off.sample(1, i), plain.sample(1, i)) for i in range(200))
+
+
+@pytest.mark.parametrize(
+    "steps, shape, order, message",
+    [
+        (-1, "linear", "mixture", "aogpt.l2r_curriculum_steps=-1 is not allowed; allowed: 0 \\(off\\) or >= 1"),
+        (5, "exp", "mixture", "aogpt.l2r_curriculum='exp' is not supported; allowed: linear, cosine"),
+        (5, "linear", "random", "only aogpt.order='mixture' has \\(got 'random'\\)"),
+    ],
+)
+def test_bad_curricula_are_one_line(steps, shape, order, message):
+    with pytest.raises(ConfigError, match=message):
+        check_curriculum(steps, shape, order)
+    with pytest.raises(ConfigError, match=message):  # what the sampler is handed is checked too
+        OrderSampler(order, 8, curriculum=L2RCurriculum(max(steps, 0), "linear") if order != "mixture" else None)
+        L2RCurriculum(steps, shape)

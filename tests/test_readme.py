@@ -1,54 +1,122 @@
-"""The README's Train, Convert and Python sections run verbatim, in order, in a fresh copy of the repository.
+"""The README as a newcomer meets it: two commands, then blocks that run pasted into a new shell, in order.
 
-A newcomer runs them after `make demo`; each block must work as written (distinct dump folders,
-paths that exist). Slow: it trains the debug recipe three times (1 process, FSDP2, compile). The
-Python block also runs in the default suite, on a model folder of the debug recipe's shape.
+The default suite checks the text: the two commands are what CI runs, every path a later block reads is
+made by `make demo` or by an earlier block (or is in the checkout), and the Python block runs as written
+on a model folder of the demo's shape. The slow test runs `scripts/demo.sh` in a fresh copy and then
+every later block in `env -i` (PATH and HOME only), the venv activated as the README says.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
+import tomllib
+from pathlib import Path
 
 import pytest
 import torch
 from conftest import ROOT, SHARED_DATA
 
-
-def readme_blocks(section: str, language: str = "bash") -> list[str]:
-    text = (ROOT / "README.md").read_text()
-    body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
-    return re.findall(rf"```{language}\n(.*?)```", body, flags=re.S)
+README = ROOT / "README.md"
+ACTIVATE = ". .venv/bin/activate"
 
 
-def block_command(block: str, language: str) -> list[str]:
-    return ["bash", "-euo", "pipefail", "-c", block] if language == "bash" else [sys.executable, "-c", block]
+def code_blocks(text: str) -> list[tuple[str, str]]:
+    """(language, body) of every fenced block, in reading order."""
+    return re.findall(r"```(\w+)\n(.*?)```", text, flags=re.S)
 
 
-READ_ENV = {  # what the README's Install block exports
-    "TIKTOKEN_CACHE_DIR": str(SHARED_DATA / "tiktoken_cache"),
-    "AOGPT_DATA_DIR": str(SHARED_DATA),
-    "OMP_NUM_THREADS": "1",
-}
+def later_blocks() -> list[tuple[str, str]]:
+    """The blocks after the two commands up to the Test section (whose commands run this file), but the
+    activation line (run before each block instead)."""
+    text = README.read_text().split("\n## Test\n", 1)[0]
+    return [(lang, body) for lang, body in code_blocks(text)[1:] if body.strip() != ACTIVATE]
 
 
-def test_the_sections_hold_the_commands_a_newcomer_needs():
-    train, convert = readme_blocks("Train"), readme_blocks("Convert, sample, evaluate")
-    assert any("python -m aogpt_plugin.train" in b for b in train)
-    assert any("aogpt convert" in b and "aogpt eval genppl" in b for b in convert)
-    dumps = re.findall(r"--job\.dump_folder (\S+)", "".join(train))
-    assert len(dumps) == len(set(dumps)) == 3  # each extra run has a folder of its own
-    python = readme_blocks("Python", "python")
-    calls = ("aogpt_plugin.load(", ".generate(", ".logprob(", ".backward()", ".score(")
-    assert len(python) == 1 and all(call in python[0] for call in calls)
+def commands(body: str) -> list[list[str]]:
+    """Each shell command of a block as tokens (continued lines joined, comments dropped)."""
+    return [shlex.split(line, comments=True) for line in body.replace("\\\n", " ").splitlines() if line.strip()]
+
+
+def demo_outputs() -> set[str]:
+    """The folders scripts/demo.sh writes under its $OUT."""
+    script = (ROOT / "scripts" / "demo.sh").read_text()
+    (out,) = re.findall(r"^OUT=(\S+)$", script, flags=re.M)
+    return {f"{out}/{rel}" for rel in re.findall(r'"\$OUT/([\w/.-]+)"', script)}
+
+
+def written_by(tokens: list[str]) -> set[str]:
+    """What a README command makes under outputs/: a training run's dump folder (flag or recipe), a file
+    written by `>` or `--out`, else the last outputs/ path not given as an input option (convert's,
+    export's, a tokenizer's OUT)."""
+    line = " ".join(tokens)
+    if "aogpt_plugin.train" in line or tokens[:2] == ["aogpt", "train"]:
+        if "--job.dump_folder" in tokens:
+            return {tokens[tokens.index("--job.dump_folder") + 1]}
+        (recipe,) = [t for t in tokens if t.startswith("train_configs/")]
+        return {tomllib.loads((ROOT / recipe).read_text())["job"]["dump_folder"].removeprefix("./")}
+    redirected = {tokens[i + 1] for i, t in enumerate(tokens[:-1]) if t in (">", "--out")}
+    if redirected:  # a shell redirection or a results file
+        return {t for t in redirected if t.startswith("outputs/")}
+    inputs = {
+        tokens[i + 1] for i, t in enumerate(tokens[:-1]) if t in ("--model", "--scorer", "--tokenizer", "--from-hf")
+    }
+    writes = "convert" in tokens or "export" in tokens or tokens[:3] == ["aogpt", "tokenizer", "train"]
+    writes |= any(t.endswith("make_gpt2_standin.py") for t in tokens)
+    outputs = [t for t in tokens if t.startswith("outputs/") and t not in inputs]
+    return {outputs[-1]} if writes and outputs else set()
+
+
+def test_the_readme_starts_with_the_two_commands_ci_runs():
+    first = code_blocks(README.read_text())[0][1]
+    assert [c[:2] for c in commands(first)] == [["make", "demo"], ["make", "test"]]
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert re.search(r"^make test$", ci, flags=re.M), "CI runs the README's test command"
+    for target in re.findall(r"make (test-[\w]+)", first):  # what the test line says CI also runs
+        assert re.search(rf"^make {target}$", ci, flags=re.M), target
+
+
+def test_every_path_a_later_block_reads_exists_after_the_demo_and_the_blocks_before():
+    made, checked = demo_outputs(), 0
+    assert {"outputs/demo/train", "outputs/demo/model"} <= made
+
+    def exists(path: str) -> bool:
+        return any(path == m or path.startswith(m + "/") for m in made)
+
+    for lang, body in later_blocks():
+        lines = commands(body) if lang == "bash" else [re.findall(r"[\"'](outputs/[^\"']+)[\"']", body)]
+        for tokens in lines:
+            new = written_by(tokens) if lang == "bash" else set()
+            for token in tokens:
+                for path in re.findall(r"(?:^|=)((?:outputs|train_configs|scripts)/[\w/.*-]+)", token):
+                    checked += 1
+                    if path.startswith("outputs/"):
+                        assert path in new or exists(path), f"{path} is read before anything makes it:\n{body}"
+                    else:
+                        assert (ROOT / path).exists(), path
+                if token.startswith("../shared/data/") and SHARED_DATA.exists():
+                    assert list(ROOT.glob(token)), token
+            made |= new
+    assert checked >= 10
+
+
+def test_a_path_no_one_makes_is_caught():
+    """The check above fails on what the README once said: a folder the demo never made."""
+    tokens = shlex.split("aogpt sample --model outputs/aogpt_debug_model --length 8")
+    assert not written_by(tokens) and "outputs/aogpt_debug_model" not in demo_outputs()
+    assert written_by(shlex.split("printf x > outputs/r.jsonl")) == {"outputs/r.jsonl"}
+    assert written_by(shlex.split("aogpt convert outputs/demo/train/checkpoint outputs/m --weights ema")) == {
+        "outputs/m"
+    }
 
 
 def test_the_python_block_runs_as_written(tmp_path):
-    """The block verbatim, where the Convert block leaves the debug model: here a folder of the debug
-    recipe's shape with random weights (the slow test below runs it on the trained model)."""
+    """The block verbatim, on a folder of the demo model's shape with random weights (the slow test below
+    runs it on the trained one)."""
     from aogpt_plugin.model import AOGPT
     from aogpt_plugin.model.args import FLAVORS
     from aogpt_plugin.model_dir import save_model
@@ -56,12 +124,13 @@ def test_the_python_block_runs_as_written(tmp_path):
     torch.manual_seed(0)
     model = AOGPT(FLAVORS["debugmodel"])
     model.init_weights()
-    save_model(model, str(tmp_path / "outputs" / "aogpt_debug_model"))
-    (block,) = readme_blocks("Python", "python")
+    save_model(model, str(tmp_path / "outputs" / "demo" / "model"))
+    (block,) = [body for lang, body in later_blocks() if lang == "python"]
     proc = subprocess.run(
-        block_command(block, "python"),
+        [sys.executable, "-"],
+        input=block,
         cwd=tmp_path,
-        env={**os.environ, **READ_ENV},
+        env={k: v for k, v in os.environ.items() if k not in ("TIKTOKEN_CACHE_DIR", "AOGPT_DATA_DIR")},  # found alone
         capture_output=True,
         text=True,
         timeout=300,
@@ -72,25 +141,31 @@ def test_the_python_block_runs_as_written(tmp_path):
 
 
 @pytest.mark.slow
-def test_train_convert_and_python_blocks_run_verbatim_in_order(tmp_path):
+def test_the_demo_then_every_later_block_runs_pasted_into_a_clean_shell(tmp_path):
+    """A fresh copy with ../shared beside it and this venv as its .venv; the demo, then each block in
+    `env -i PATH HOME`, activated as the README says, in order (about 7 min on 2 cores)."""
     clone = tmp_path / "repo"
-    shutil.copytree(ROOT, clone, ignore=shutil.ignore_patterns(".git", ".venv*", "outputs", "__pycache__", ".whl"))
+    shutil.copytree(ROOT, clone, ignore=shutil.ignore_patterns(".git", ".venv*", "outputs", "__pycache__", "*.whl"))
     (tmp_path / "shared").symlink_to(SHARED_DATA.parent)  # ../shared beside the copy, as in CI
-    env = {
-        **os.environ,
-        "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}",
-        "PYTHONPATH": str(clone),
-        **READ_ENV,
-    }
-    for section, language in (("Train", "bash"), ("Convert, sample, evaluate", "bash"), ("Python", "python")):
-        for block in readme_blocks(section, language):
-            proc = subprocess.run(
-                block_command(block, language),
-                cwd=clone,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=1800,
-            )
-            assert proc.returncode == 0, f"{section} block failed:\n{block}\n{proc.stderr[-3000:]}"
-            assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    # the copy's .venv activates this one (a file, not a link: nothing run in the copy can reinstall it)
+    (clone / ".venv" / "bin").mkdir(parents=True)
+    (clone / ".venv" / "bin" / "activate").write_text(f". {Path(sys.executable).parent / 'activate'}\n")
+    clean = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": os.environ.get("HOME", str(tmp_path))}
+
+    def run(script: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["env", "-i", *(f"{k}={v}" for k, v in clean.items()), "bash", "-euo", "pipefail", "-c", script],
+            input=stdin,
+            cwd=clone,
+            capture_output=True,
+            text=True,
+            timeout=3600,
+        )
+
+    demo = run(f"{ACTIVATE} && bash scripts/demo.sh")
+    assert demo.returncode == 0, demo.stderr[-3000:]
+    for lang, body in later_blocks():
+        proc = run(f"{ACTIVATE}\n{body}") if lang == "bash" else run(f"{ACTIVATE} && python -", stdin=body)
+        assert proc.returncode == 0, f"block failed:\n{body}\n{proc.stderr[-3000:]}"
+        assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert (clone / "outputs" / "aogpt_tiny_from_gpt2_model" / "config.json").exists()

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from ..devices import synchronize
 from ..model import AOGPT, FLAVORS, AOGPTModelArgs
-from ..model.model import TransformerBlock
+from ..model.model import TransformerBlock, make_norm
 from ..sampler.choices import SamplerChoices, resolve_choices
 from ..sampler.decoder import CachedDecoder, decode_model
 from ..sampler.generation import noise_seed, plan_generator
@@ -64,7 +64,7 @@ class EncoderMDM(nn.Module):
         self.tok_embeddings = nn.Embedding(args.vocab_size + 1, args.dim)  # + [MASK]
         self.pos_embeddings = nn.Embedding(args.max_seq_len, args.dim)
         self.layers = nn.ModuleDict({str(i): TransformerBlock(args) for i in range(args.n_layers)})
-        self.norm = nn.RMSNorm(args.dim, eps=args.norm_eps)
+        self.norm = make_norm(args, args.dim)
         self.output = nn.Linear(args.dim, args.padded_vocab_size, bias=True)
 
     def init_weights(self) -> None:
@@ -73,7 +73,7 @@ class EncoderMDM(nn.Module):
                 nn.init.trunc_normal_(module.weight, std=0.02, a=-0.06, b=0.06)
                 if getattr(module, "bias", None) is not None:
                     nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.RMSNorm):
+            elif isinstance(module, nn.RMSNorm | nn.LayerNorm):
                 module.reset_parameters()
 
     def hidden(self, tokens: torch.Tensor) -> torch.Tensor:

@@ -4,6 +4,11 @@ The sampler and evaluator import this file without torchtitan, so it only duck-t
 torchtitan's interface: `update_from_config(settings)` and `get_nparams_and_flops(model, seq_len)`.
 `FLAVORS` are the sizes `--model.flavor` selects: `small` and `medium` are the paper's Table 3
 (GPT-2 small / medium shapes, 1024 positions); `debugmodel`, `tiny` and `mini` train on 2 CPU cores.
+
+The backbone is the paper's by default (RMSNorm, RMSNorm on queries and keys, exact GELU, an untied
+head with a bias). `GPT2_BACKBONE` is GPT-2's (LayerNorm with bias, no query/key norm, tanh GELU, the
+head tied to the token embedding), so a GPT-2 checkpoint loads with nothing lost (model/gpt2.py); the
+`gpt2*` flavors are GPT-2's four sizes on it, and `gpt2-tiny` the CPU stand-in of the study.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ if TYPE_CHECKING:
     import torch.nn as nn
 
 CONDITIONINGS = ("adaln", "concat", "none")
+NORMS = ("rmsnorm", "layernorm")
+GELUS = ("exact", "tanh")
 
 
 def check_conditioning(conditioning: str, key: str = "aogpt.conditioning") -> None:
@@ -47,12 +54,19 @@ class AOGPTModelArgs:
     target_pe_dim: int = 128  # width of the target-position table feeding adaLN
     norm_eps: float = 1e-5
     bias: bool = True
+    norm: str = "rmsnorm"  # rmsnorm (the paper's) | layernorm (GPT-2's, with a bias)
+    qk_norm: bool = True  # RMSNorm on each head's queries and keys (the paper's); GPT-2 has none
+    gelu: str = "exact"  # exact (the paper's) | tanh (GPT-2's approximation)
+    tie_head: bool = False  # the head's weights are the token embedding's, no head bias (GPT-2)
 
     def __post_init__(self) -> None:
         self.validate()
 
     def validate(self) -> None:
         check_conditioning(self.conditioning)
+        for key, allowed in (("norm", NORMS), ("gelu", GELUS)):
+            if getattr(self, key) not in allowed:
+                raise ConfigError(f"model.{key}={getattr(self, key)!r} is not supported; allowed: {', '.join(allowed)}")
         if self.dim % self.n_heads != 0:
             raise ConfigError(f"dim={self.dim} must be divisible by n_heads={self.n_heads}")
         for key in ("dim", "n_layers", "n_heads", "vocab_size", "max_seq_len", "target_pe_dim"):
@@ -62,6 +76,11 @@ class AOGPTModelArgs:
     @property
     def head_dim(self) -> int:
         return self.dim // self.n_heads
+
+    @property
+    def gpt2_backbone(self) -> bool:
+        """GPT-2's backbone: a GPT-2 checkpoint maps onto these args with nothing lost (model/gpt2.py)."""
+        return all(getattr(self, k) == v for k, v in GPT2_BACKBONE.items())
 
     @property
     def padded_vocab_size(self) -> int:
@@ -97,16 +116,22 @@ class AOGPTModelArgs:
         """Total parameters and training FLOPs per token (forward + backward).
 
         6 FLOPs per matmul weight per token (every nn.Linear: attention, MLP, the per-block adaLN
-        projections and the LM head) plus attention scores/values, 12 * layers * dim * seq_len,
+        projections and the LM head, tied or not) plus attention scores/values, 12 * layers * dim * seq_len,
         counted densely as torchtitan does for causal attention. Embedding lookups cost nothing.
         """
         import torch.nn as nn
 
         nparams = sum(p.numel() for p in model.parameters())
         matmul_params = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
+        if self.tie_head:  # the head multiplies by the token embedding, which is no nn.Linear
+            matmul_params += self.padded_vocab_size * self.dim
         flops = 6 * matmul_params + 12 * self.n_layers * self.dim * seq_len
         return nparams, flops
 
+
+GPT2_BACKBONE = {"norm": "layernorm", "qk_norm": False, "gelu": "tanh", "tie_head": True}
+"""GPT-2's backbone as model args (what `gpt2_backbone` asks). A GPT-2 checkpoint of P positions reads
+<|endoftext|> + P - 1 tokens; the [None] slot takes position row 0, so its flavor has P - 1 positions."""
 
 FLAVORS: dict[str, AOGPTModelArgs] = {
     "debugmodel": AOGPTModelArgs(dim=64, n_layers=2, n_heads=4, max_seq_len=256),
@@ -114,4 +139,9 @@ FLAVORS: dict[str, AOGPTModelArgs] = {
     "mini": AOGPTModelArgs(dim=256, n_layers=6, n_heads=8, max_seq_len=512),
     "small": AOGPTModelArgs(dim=768, n_layers=12, n_heads=12, max_seq_len=1024),
     "medium": AOGPTModelArgs(dim=1024, n_layers=24, n_heads=16, max_seq_len=1024),
+    "gpt2-tiny": AOGPTModelArgs(dim=128, n_layers=4, n_heads=4, max_seq_len=255, **GPT2_BACKBONE),
+    "gpt2": AOGPTModelArgs(dim=768, n_layers=12, n_heads=12, max_seq_len=1023, **GPT2_BACKBONE),
+    "gpt2-medium": AOGPTModelArgs(dim=1024, n_layers=24, n_heads=16, max_seq_len=1023, **GPT2_BACKBONE),
+    "gpt2-large": AOGPTModelArgs(dim=1280, n_layers=36, n_heads=20, max_seq_len=1023, **GPT2_BACKBONE),
+    "gpt2-xl": AOGPTModelArgs(dim=1600, n_layers=48, n_heads=25, max_seq_len=1023, **GPT2_BACKBONE),
 }

@@ -13,6 +13,11 @@ others, so n slots give identical logits for less work.)
   adaln  - a 128-d target table -> SiLU -> per-block Linear(128, 6d) shift/scale/gate (AO-GPT)
   concat - a d-wide target table added to the input embedding (sigma-GPT style baseline)
   none   - no target information: with the identity order this is a plain causal GPT
+
+The backbone's norms, query/key norm, GELU and head follow the model args (args.py): the paper's by
+default, GPT-2's with `GPT2_BACKBONE`. With a tied head there is no `output` module: the head
+multiplies by the token embedding, so no parameter is shared between two modules (state dicts,
+safetensors and FSDP see each tensor once).
 """
 
 from __future__ import annotations
@@ -38,6 +43,13 @@ def modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torch
     return x * (1 + scale) + shift
 
 
+def make_norm(args: AOGPTModelArgs, width: int) -> nn.Module:
+    """The backbone's norm over `width` features: RMSNorm (the paper's) or LayerNorm with a bias (GPT-2's)."""
+    if args.norm == "layernorm":
+        return nn.LayerNorm(width, eps=args.norm_eps)
+    return nn.RMSNorm(width, eps=args.norm_eps)
+
+
 class Attention(nn.Module):
     def __init__(self, args: AOGPTModelArgs):
         super().__init__()
@@ -45,14 +57,15 @@ class Attention(nn.Module):
         self.head_dim = args.head_dim
         self.wqkv = nn.Linear(args.dim, 3 * args.dim, bias=args.bias)
         self.wo = nn.Linear(args.dim, args.dim, bias=args.bias)
-        self.q_norm = nn.RMSNorm(args.head_dim, eps=args.norm_eps)
-        self.k_norm = nn.RMSNorm(args.head_dim, eps=args.norm_eps)
+        self.q_norm = nn.RMSNorm(args.head_dim, eps=args.norm_eps) if args.qk_norm else None
+        self.k_norm = nn.RMSNorm(args.head_dim, eps=args.norm_eps) if args.qk_norm else None
 
     def forward(self, x: torch.Tensor, attend: AttendFn | None = None) -> torch.Tensor:
         bsz, slots, dim = x.shape
         qkv = self.wqkv(x).view(bsz, slots, 3, self.n_heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, H, S, Dh)
-        q, k = self.q_norm(q), self.k_norm(k)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         # `is None`, not `or`: Dynamo 2.11 cannot take the truthiness of a closure (a graph break)
         y = (causal_attend if attend is None else attend)(q, k, v)
         return self.wo(y.transpose(1, 2).reshape(bsz, slots, dim))
@@ -64,9 +77,10 @@ class FeedForward(nn.Module):
         hidden = args.mlp_ratio * args.dim
         self.w1 = nn.Linear(args.dim, hidden, bias=args.bias)
         self.w2 = nn.Linear(hidden, args.dim, bias=args.bias)
+        self.approximate = "tanh" if args.gelu == "tanh" else "none"  # F.gelu's spelling
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(F.gelu(self.w1(x)))
+        return self.w2(F.gelu(self.w1(x), approximate=self.approximate))
 
 
 class TransformerBlock(nn.Module):
@@ -74,9 +88,9 @@ class TransformerBlock(nn.Module):
 
     def __init__(self, args: AOGPTModelArgs):
         super().__init__()
-        self.attention_norm = nn.RMSNorm(args.dim, eps=args.norm_eps)
+        self.attention_norm = make_norm(args, args.dim)
         self.attention = Attention(args)
-        self.ffn_norm = nn.RMSNorm(args.dim, eps=args.norm_eps)
+        self.ffn_norm = make_norm(args, args.dim)
         self.feed_forward = FeedForward(args)
         self.adaln = nn.Linear(args.target_pe_dim, 6 * args.dim, bias=True) if args.conditioning == "adaln" else None
 
@@ -108,11 +122,12 @@ class AOGPT(nn.Module):
         else:
             self.target_embeddings = None
         self.layers = nn.ModuleDict({str(i): TransformerBlock(args) for i in range(args.n_layers)})
-        self.norm = nn.RMSNorm(args.dim, eps=args.norm_eps)
+        self.norm = make_norm(args, args.dim)
         self.final_adaln = (
             nn.Linear(args.target_pe_dim, 2 * args.dim, bias=True) if args.conditioning == "adaln" else None
         )
-        self.output = nn.Linear(args.dim, args.padded_vocab_size, bias=True)
+        # tied (GPT-2): the head reads tok_embeddings.weight, see `head`
+        self.output = None if args.tie_head else nn.Linear(args.dim, args.padded_vocab_size, bias=True)
 
     # ---- initialisation (works from the meta device after `to_empty`) ---------------------
     def init_weights(self, buffer_device: torch.device | None = None) -> None:
@@ -128,7 +143,7 @@ class AOGPT(nn.Module):
                     nn.init.zeros_(module.bias)
             elif isinstance(module, nn.Embedding):
                 nn.init.trunc_normal_(module.weight, std=std, a=-3 * std, b=3 * std)
-            elif isinstance(module, nn.RMSNorm):
+            elif isinstance(module, nn.RMSNorm | nn.LayerNorm):
                 module.reset_parameters()
         nn.init.trunc_normal_(self.none_embedding, std=std, a=-3 * std, b=3 * std)
 
@@ -158,6 +173,8 @@ class AOGPT(nn.Module):
         if self.final_adaln is not None:
             shift, scale = self.final_adaln(cond).chunk(2, dim=-1)
             h = modulate(h, shift, scale)
+        if self.output is None:  # tied head
+            return F.linear(h, self.tok_embeddings.weight)
         return self.output(h)
 
     # ---- training / scoring forward -------------------------------------------------------

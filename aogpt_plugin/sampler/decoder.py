@@ -89,13 +89,14 @@ PACK_ROWS_HINT = 4
 
 
 class PackedLinear(nn.Module):
-    """y = x W^T + b with W reordered once into oneDNN's blocked layout."""
+    """y = x W^T + b with W reordered once into oneDNN's blocked layout (an nn.Linear's weight and bias,
+    or a tied head's: the token embedding, no bias)."""
 
-    def __init__(self, linear: nn.Linear):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
         super().__init__()
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), PACK_ROWS_HINT)
-        self.bias = None if linear.bias is None else linear.bias.detach()
+        self.out_features, self.in_features = weight.shape
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACK_ROWS_HINT)
+        self.bias = None if bias is None else bias.detach()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self.packed, self.bias, "none", [], "")
@@ -142,7 +143,9 @@ def build_view(model: nn.Module, linears: str) -> DecodeView:
         for module in list(view.modules()):
             for name, child in module.named_children():
                 if type(child) is nn.Linear:
-                    setattr(module, name, PackedLinear(child))
+                    setattr(module, name, PackedLinear(child.weight, child.bias))
+        if view.output is None:  # a tied head multiplies by the token embedding: packed as the head
+            view.output = PackedLinear(view.tok_embeddings.weight)
     return DecodeView(view.eval(), tabled, linears)
 
 

@@ -6,7 +6,10 @@ by x[sigma]. What reaches `model(input, order=order)` and the loss:
 
     ({"input": x, "order": sigma}, x[sigma])
 
-The order stream index is part of the dataloader state, so a resumed run draws the same orders.
+The order stream index is part of the dataloader state, so a resumed run draws the same orders;
+under `[aogpt] l2r_curriculum_steps` the index also gives the step whose share of left-to-right
+orders a sequence is drawn with (orders.L2RCurriculum), which `log_l2r_share` puts beside the
+training metrics (TensorBoard `aogpt/l2r_share`).
 With `[aogpt] shuffle_windows = K` the windows pass through a buffer of K first: each yield takes a
 seeded random slot of the buffer and refills it with the next window, so a batch is a random draw
 from K consecutive windows instead of a run of them; the buffer is in the state too (exact resume).
@@ -21,7 +24,7 @@ from torch.distributed.checkpoint.stateful import Stateful
 from torch.utils.data import IterableDataset
 
 from ..data.synthetic import MarkovSource
-from ..orders import OrderSampler
+from ..orders import L2RCurriculum, OrderSampler
 from ..seeding import stream_generator
 
 
@@ -90,15 +93,43 @@ class SyntheticWindows(IterableDataset, Stateful):
         self._index = state_dict["index"]
 
 
-def order_sampler_of(settings) -> OrderSampler:
+L2R_SHARE = "aogpt/l2r_share"  # the metric (TensorBoard tag) of the curriculum's share
+
+
+def curriculum_from_config(settings, dp_world_size: int) -> L2RCurriculum:
+    """`[aogpt]`'s curriculum, with the sequences one rank draws per optimizer step (micro-batches included:
+    training.global_batch_size split over the data-parallel ranks)."""
+    ao, training = settings.aogpt, settings.training
+    per_step = training.global_batch_size // dp_world_size if training.global_batch_size > 0 else None
+    return L2RCurriculum(ao.l2r_curriculum_steps, ao.l2r_curriculum, per_step or training.local_batch_size)
+
+
+def order_sampler_of(settings, dp_world_size: int = 1) -> OrderSampler:
     ao = settings.aogpt
-    return OrderSampler(ao.order, settings.training.seq_len, ao.p_l2r, ao.order_seed)
+    curriculum = curriculum_from_config(settings, dp_world_size)
+    return OrderSampler(ao.order, settings.training.seq_len, ao.p_l2r, ao.order_seed, curriculum)
 
 
-def ordered_windows(base, settings, dp_rank: int, infinite: bool = True) -> OrderedTextDataset:
+def ordered_windows(base, settings, dp_rank: int, infinite: bool = True, dp_world_size: int = 1) -> OrderedTextDataset:
     """`base`'s windows in the orders of `[aogpt]`, shuffled through `shuffle_windows` when infinite.
     `settings`: the run's settings (sections.RunSettings)."""
     ao = settings.aogpt
-    return OrderedTextDataset(
-        base, order_sampler_of(settings), dp_rank, ao.shuffle_windows if infinite else 0, ao.order_seed
-    )
+    sampler = order_sampler_of(settings, dp_world_size)
+    return OrderedTextDataset(base, sampler, dp_rank, ao.shuffle_windows if infinite else 0, ao.order_seed)
+
+
+def log_l2r_share(metrics_processor, settings) -> None:
+    """Under a curriculum, every training metrics line (console aside: TensorBoard, W&B) also carries the share
+    of left-to-right orders its step's batches were drawn with (`aogpt/l2r_share`): torchtitan's
+    MetricsProcessor.log(step, loss, max_loss, grad_norm, extra_metrics=...) on both versions, wrapped."""
+    ao = settings.aogpt
+    if not ao.l2r_curriculum_steps:
+        return
+    curriculum = L2RCurriculum(ao.l2r_curriculum_steps, ao.l2r_curriculum)
+    log = metrics_processor.log
+
+    def log_with_share(step, *args, extra_metrics=None, **kwargs):
+        extra = {**(extra_metrics or {}), L2R_SHARE: curriculum.share(step, ao.p_l2r)}
+        return log(step, *args, extra_metrics=extra, **kwargs)
+
+    metrics_processor.log = log_with_share

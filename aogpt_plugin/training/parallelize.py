@@ -1,13 +1,14 @@
 """What aogpt's `parallelize_fn` adds to torchtitan's wrapping, for every version: the parallelism it
 supports, SUM reductions on gloo, and, last, the EMA of `[ema]` and the refusal of NaN/inf loads.
 
-The wrapping itself (activation checkpointing -> per-block compile -> FSDP2 / DDP) reuses the
-installed torchtitan's Llama helpers (titan022/parallelize.py). Tensor, context and pipeline
+The wrapping itself (activation checkpointing -> per-block compile -> FSDP2 / DDP) is each glue's;
+the FSDP2 units are the same on both versions (`apply_fsdp`). Tensor, context and pipeline
 parallelism are not supported (the model is small enough for FSDP).
 """
 
 from __future__ import annotations
 
+import torch
 import torch.nn as nn
 from torch.distributed.fsdp import FSDPModule
 
@@ -16,6 +17,7 @@ from .ema import attach_ema
 from .nonfinite import refuse_nonfinite_load
 
 UNSUPPORTED_DEGREES = ("tensor_parallel_degree", "context_parallel_degree", "pipeline_parallel_degree")
+RESHARD_POLICIES = ("default", "always", "never")  # parallelism.fsdp_reshard_after_forward
 
 
 def check_parallelism(parallelism) -> None:
@@ -26,6 +28,46 @@ def check_parallelism(parallelism) -> None:
                 f"parallelism.{key}={getattr(parallelism, key)} is not supported by aogpt; "
                 "allowed: 1 (use FSDP/HSDP/DDP)"
             )
+
+
+def apply_fsdp(
+    model: nn.Module,
+    mesh,
+    param_dtype: torch.dtype,
+    reduce_dtype: torch.dtype,
+    cpu_offload: bool,
+    reshard_policy: str,
+) -> None:
+    """FSDP2 units as torchtitan groups Llama: embeddings / each block / final norm + head / root
+    (positions, target table, final adaLN). A tied head (GPT-2's backbone) reads the token embedding
+    after the blocks, so then the embedding, the final norm and the root are one unit: the root keeps
+    its parameters gathered through forward and backward. Gradients are not divided by the
+    data-parallel degree (the loss is divided by the global token count already), and gloo meshes
+    reduce with SUM. `reshard_policy`: parallelism.fsdp_reshard_after_forward."""
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
+    if reshard_policy not in RESHARD_POLICIES:
+        raise ConfigError(
+            f"parallelism.fsdp_reshard_after_forward={reshard_policy!r} is not supported; "
+            f"allowed: {', '.join(RESHARD_POLICIES)}"
+        )
+    kwargs = {"mesh": mesh, "mp_policy": MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)}
+    if cpu_offload:
+        kwargs["offload_policy"] = CPUOffloadPolicy()
+    reshard = reshard_policy != "never"
+    tied = model.output is None
+    if not tied:
+        fully_shard(model.tok_embeddings, **kwargs, reshard_after_forward=reshard)
+    for block in model.layers.values():
+        fully_shard(block, **kwargs, reshard_after_forward=reshard)
+    if not tied:  # not resharded after forward by default: FSDP would prefetch it for backward at once
+        fully_shard([model.norm, model.output], **kwargs, reshard_after_forward=reshard_policy == "always")
+    fully_shard(model, **kwargs)
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.set_gradient_divide_factor(1.0)
+    if mesh.device_type == "cpu":
+        use_sum_reduction_on_gloo(model)
 
 
 def use_sum_reduction_on_gloo(model: nn.Module) -> None:

@@ -23,7 +23,8 @@ from ..data.tokenizer import load_tokenizer
 from ..errors import ConfigError, kind_of
 from ..model import FLAVORS
 from ..model.args import check_positions
-from .checkpointing import check_resume
+from ..model.gpt2 import GPT2Weights, check_gpt2_matches, check_start_token, is_gpt2_folder, read_gpt2_folder
+from .checkpointing import check_resume, run_model_args
 from .optimizers import check_ema_compatible, check_optimizer_name
 from .parallelize import check_parallelism
 from .sections import RunSettings
@@ -160,6 +161,49 @@ def _check_float8(float8, compile_config) -> None:
         )
 
 
+def _check_initial_load(settings: RunSettings, tokenizer) -> None:
+    """Weights to start from in a Hugging Face folder (`initial_load_in_hf`) are read only by a fresh run
+    with checkpointing on, model only. On GPT-2's backbone the folder must be a GPT-2 of exactly the
+    model this run builds (layers, width, heads, vocabulary, positions, ...) beginning texts with the
+    tokenizer's end of text; its files are opened (names and shapes), no tensor is read. GPT-2's layout
+    is never written (`last_save_in_hf`): it has no place for the target-position conditioning."""
+    ckpt = settings.checkpoint
+    args = run_model_args(settings)
+    flavor = f"model.flavor={settings.model.flavor!r}"
+    if ckpt.last_save_in_hf and args.gpt2_backbone:
+        raise ConfigError(
+            f"checkpoint.last_save_in_hf=true is not allowed with {flavor} (GPT-2's backbone): GPT-2's layout has "
+            "no place for the target-position conditioning; allowed: false (then `aogpt convert` and `aogpt export`)"
+        )
+    if not ckpt.initial_load_in_hf:
+        return
+    if not ckpt.enable:
+        raise ConfigError(
+            "checkpoint.initial_load_in_hf=true is read only with checkpoint.enable=true (torchtitan loads nothing "
+            "otherwise and the run would start from random weights); allowed: checkpoint.enable=true"
+        )
+    if os.path.exists(os.path.join(settings.job.dump_folder, ckpt.folder)):
+        return  # torchtitan resumes from the checkpoint folder and reads no initial weights
+    if not ckpt.initial_load_model_only:
+        raise ConfigError(
+            "checkpoint.initial_load_model_only=false is not allowed with checkpoint.initial_load_in_hf=true "
+            "(a Hugging Face folder holds weights only); allowed: true"
+        )
+    path = ckpt.initial_load_path
+    if args.gpt2_backbone:
+        if not path:
+            raise ConfigError(
+                f"checkpoint.initial_load_in_hf=true with {flavor} reads a GPT-2 folder: set "
+                "checkpoint.initial_load_path=HF_DIR (config.json + model.safetensors)"
+            )
+        folder = read_gpt2_folder(path, "checkpoint.initial_load_path")
+        check_gpt2_matches(folder, args, flavor)
+        check_start_token(folder, tokenizer.eos_id, settings.aogpt.tokenizer, "aogpt.tokenizer")
+        GPT2Weights(folder, args)  # the files' names and shapes, before any process exists
+    elif path and is_gpt2_folder(path):  # the paper's backbone: the error names the flavors that hold a GPT-2
+        check_gpt2_matches(read_gpt2_folder(path, "checkpoint.initial_load_path"), args, flavor)
+
+
 def check_settings(
     settings: RunSettings, world_size: int = 1, *, datasets: Collection[str], converters: Collection[str]
 ) -> None:
@@ -190,3 +234,4 @@ def check_settings(
                     f"{settings.aogpt.tokenizer!r} has {tokenizer.get_vocab_size()}; allowed: symbols:{spec.vocab}"
                 )
     check_resume(settings, world_size)
+    _check_initial_load(settings, tokenizer)

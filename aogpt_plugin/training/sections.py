@@ -26,7 +26,7 @@ import tyro
 from ..data.tokenizer import check_tokenizer_spec
 from ..errors import ConfigError
 from ..model.args import check_conditioning
-from ..orders import canonical_order, check_p_l2r
+from ..orders import canonical_order, check_curriculum, check_p_l2r
 from .config_checks import check_types
 
 
@@ -46,6 +46,15 @@ class AOGPT:
 
     order_seed: int = 0
     """Seed of the order streams (mixed with the data-parallel rank and the sequence index)."""
+
+    l2r_curriculum_steps: int = 0
+    """With order=mixture: steps over which the left-to-right share falls from 1.0 to p_l2r (0: off, p_l2r throughout).
+    For a run that starts from a left-to-right model (GPT-2): it reads the order it knows first. Step s draws with
+    the share of step s (1.0 at step 1, p_l2r from step l2r_curriculum_steps + 1 on), logged as `aogpt/l2r_share`;
+    a pure function of the step, so exact across resume."""
+
+    l2r_curriculum: str = "linear"
+    """Shape of that fall: linear | cosine (half a cosine: slow at the start and at the end)."""
 
     shuffle_windows: int = 0
     """Windows held in a shuffle buffer before they are batched (0: torchtitan's consecutive windows).
@@ -78,6 +87,7 @@ class AOGPT:
         check_conditioning(self.conditioning)
         self.order = canonical_order(self.order)  # aliases spelled canonically
         check_p_l2r(self.p_l2r)
+        check_curriculum(self.l2r_curriculum_steps, self.l2r_curriculum, self.order)
         if self.target_pe_dim < 1:
             raise ConfigError(f"aogpt.target_pe_dim={self.target_pe_dim} must be >= 1")
         check_tokenizer_spec(self.tokenizer, must_exist=False)  # the file: preflight, once CLI overrides are in
@@ -126,6 +136,7 @@ class Training:
     dataset_path: str | None
     seq_len: int
     local_batch_size: int
+    global_batch_size: int  # -1: local_batch_size x the data-parallel degree (no gradient accumulation)
     steps: int
     max_norm: float
 
@@ -174,6 +185,10 @@ class Checkpoint:
     keep_latest_k: int
     load_step: int
     exclude_from_loading: tuple[str, ...]
+    initial_load_path: str | None  # weights a fresh run starts from (a GPT-2 folder with initial_load_in_hf)
+    initial_load_in_hf: bool
+    initial_load_model_only: bool
+    last_save_in_hf: bool
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -39,7 +39,7 @@ class StopRequest:
         self.signum: int | None = None
         self.saves: bool | None = None
         # the second Ctrl-C, noted where it is taken: raised inside DCP's writer it may surface as an
-        # unrelated error ("unexpected pos ...") that no longer carries it (checkpoint_save.py reads this)
+        # unrelated error ("unexpected pos ...") that no longer carries it (checkpointing.py reads this)
         self.stopped_at_once: int | None = None
 
     def install(self) -> None:

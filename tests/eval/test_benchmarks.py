@@ -32,9 +32,14 @@ def fake_data(tmp_path, monkeypatch):
     return tmp_path
 
 
-def test_data_dir_comes_from_the_flag_or_the_environment_never_from_the_install(monkeypatch, tmp_path):
+def test_data_dir_comes_from_the_flag_the_environment_or_the_folder_beside_the_checkout(monkeypatch, tmp_path):
+    from aogpt_plugin.data import shared_folder
+
     monkeypatch.delenv("AOGPT_DATA_DIR", raising=False)
+    monkeypatch.setattr(shared_folder, "BESIDE_THE_CHECKOUT", str(tmp_path / "no" / "shared"))
     assert data_dir() is None  # an installed wheel has no ../shared beside it: the hub is tried instead
+    monkeypatch.setattr(shared_folder, "BESIDE_THE_CHECKOUT", str(tmp_path))
+    assert data_dir() == tmp_path  # a checkout with the shared data folder beside it: found, nothing exported
     monkeypatch.setenv("AOGPT_DATA_DIR", str(tmp_path))
     assert data_dir() == tmp_path
     other = tmp_path / "other"

@@ -344,3 +344,28 @@ def test_a_prepared_folder_whose_shard_changed_is_refused_as_training_refuses_it
         assert err[1].startswith("error: --dataset=") and "shard shard-00001.jsonl does not match the sha256" in err[1]
         assert err[1].endswith("(--no-verify-data reads it anyway)")
     assert cli.main([*argv, "--no-verify-data"]) == 0
+
+
+def test_ppl_left_to_right_of_a_converted_gpt2_is_transformers_loss(capsys, tmp_path):
+    """`aogpt convert --from-hf` then `aogpt eval ppl --order l2r`: the mean NLL is transformers' loss of
+    the GPT-2 on the same chunks, each read after <|endoftext|> (every token scored, as our [None] slot does)."""
+    pytest.importorskip("transformers")
+    from conftest import tiny_gpt2
+
+    from aogpt_plugin.data.tokenizer import TiktokenTokenizer
+    from aogpt_plugin.eval.benchmarks import load_documents, pack_documents
+
+    gpt2 = tiny_gpt2(tmp_path / "hf")
+    assert cli.main(["convert", "--from-hf", str(tmp_path / "hf"), str(tmp_path / "ao")]) == 0
+    capsys.readouterr()
+    record = run_json(
+        capsys,
+        ["eval", "ppl", "--model", str(tmp_path / "ao"), "--dataset", "wikitext2", "--order", "l2r"]
+        + ["--seq-len", "32", "--max-chunks", "6", "--no-progress"],
+    )
+    chunks = pack_documents(load_documents("wikitext2").texts, TiktokenTokenizer("gpt2"), 32).chunks[:6]
+    ids = torch.cat([torch.full((6, 1), gpt2.config.bos_token_id), chunks], dim=1)
+    with torch.no_grad():
+        loss = gpt2(ids, labels=ids).loss.item()
+    assert record["tokens"] == 6 * 32 and record["order"] == "l2r"
+    assert abs(record["nll"] - loss) < 1e-5, (record["nll"], loss)

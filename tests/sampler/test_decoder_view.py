@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from conftest import needs_onednn, tiny_model
 
 from aogpt_plugin.errors import UserError
+from aogpt_plugin.model.args import GPT2_BACKBONE
 from aogpt_plugin.sampler import SampleConfig, generate
 from aogpt_plugin.sampler.choices import resolve_linear_kernel
 from aogpt_plugin.sampler.decoder import (
@@ -58,17 +59,42 @@ def test_view_shares_parameters_and_leaves_the_model_alone():
     assert type(aten.model.output) is nn.Linear and aten.model.output.weight is model.output.weight
 
 
+@needs_onednn
+def test_a_tied_head_is_packed_from_the_token_embedding():
+    """GPT-2's backbone: no `output` module; the view packs the embedding as the head, shared, not copied
+    into the model, and samples what the unpacked view samples."""
+    model = tiny_model("adaln", seed=1, preset="sampler", **GPT2_BACKBONE)
+    assert model.output is None and model.layers["0"].attention.q_norm is None
+    view = decode_model(model, "onednn")
+    assert isinstance(view.model.output, PackedLinear) and model.output is None
+    assert view.model.output.bias is None and view.model.output.out_features == model.model_args.padded_vocab_size
+    config = SampleConfig(length=23, steps=7, num_samples=3, counts="binomial", seed=5)
+    runs = [generate(model, dataclasses.replace(config, linears=k), record=True) for k in ("aten", "onednn")]
+    assert torch.equal(runs[0].tokens, runs[1].tokens)
+    _close_traces(*runs)
+
+
 @pytest.mark.parametrize("linears", ["aten", pytest.param("onednn", marks=needs_onednn)])
-@pytest.mark.parametrize("changed", ["output.weight", "layers.1.adaln.weight", "target_embeddings.weight"])
-def test_weights_written_in_place_are_picked_up(linears, changed):
+@pytest.mark.parametrize(
+    "backbone, changed",
+    [
+        ("paper", "output.weight"),
+        ("paper", "layers.1.adaln.weight"),
+        ("paper", "target_embeddings.weight"),
+        ("gpt2", "tok_embeddings.weight"),  # the tied head's weight
+        ("gpt2", "layers.0.attention_norm.weight"),  # a LayerNorm (its bias starts at 0)
+    ],
+)
+def test_weights_written_in_place_are_picked_up(linears, backbone, changed):
     """A model that keeps training (or loads new weights) must never sample with the old ones."""
-    model = tiny_model("adaln", seed=1, preset="sampler")
+    extra = GPT2_BACKBONE if backbone == "gpt2" else {}
+    model = tiny_model("adaln", seed=1, preset="sampler", **extra)
     config = SampleConfig(length=20, steps=5, num_samples=2, seed=2, linears=linears)
     before = generate(model, config, record=True)
     with torch.no_grad():
         model.get_parameter(changed).mul_(-1.5)
     after = generate(model, config, record=True)
-    fresh = tiny_model("adaln", seed=1, preset="sampler")
+    fresh = tiny_model("adaln", seed=1, preset="sampler", **extra)
     fresh.load_state_dict(model.state_dict())
     reference = generate(fresh, dataclasses.replace(config), record=True)
     assert not torch.equal(before.trace[0].logits, after.trace[0].logits)
@@ -84,7 +110,7 @@ def test_packed_linear_equals_f_linear(bias, shape):
     torch.manual_seed(0)
     linear = nn.Linear(64, 96, bias=bias)
     x = torch.randn(shape)
-    torch.testing.assert_close(PackedLinear(linear)(x), F.linear(x, linear.weight, linear.bias))
+    torch.testing.assert_close(PackedLinear(linear.weight, linear.bias)(x), F.linear(x, linear.weight, linear.bias))
 
 
 @needs_onednn
@@ -92,7 +118,7 @@ def test_packed_linear_takes_non_contiguous_input():
     torch.manual_seed(0)
     linear = nn.Linear(64, 32)
     x = torch.randn(4, 64, 6).transpose(1, 2)  # (4, 6, 64), not contiguous
-    torch.testing.assert_close(PackedLinear(linear)(x), linear(x))
+    torch.testing.assert_close(PackedLinear(linear.weight, linear.bias)(x), linear(x))
 
 
 @needs_onednn

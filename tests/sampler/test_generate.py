@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import gpt2_logits, needs_onednn, tiny_gpt2
 
 from aogpt_plugin.bench.baselines import ar_generate
 from aogpt_plugin.sampler import Prompt, SampleConfig, SamplingParams, generate
@@ -146,3 +147,27 @@ def test_samples_are_in_vocab_and_complete(ao_model):
 def test_the_progress_bar_ends_at_its_total(capsys, ao_model):
     generate(ao_model, SampleConfig(length=12, steps=12, seed=0), progress=True)
     assert "12/12" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "graphs, linears",
+    [("off", "aten"), pytest.param("off", "onednn", marks=needs_onednn), ("static", "auto")],
+)
+def test_a_gpt2_read_left_to_right_records_transformers_logits(tmp_path, graphs, linears):
+    """A converted GPT-2 sampled left to right, one token per step: every step's cached logits are
+    transformers' for the tokens drawn so far after <|endoftext|>, through the decode view (packed
+    Linears and the tied head packed from the embedding on CPU) and the static step."""
+    pytest.importorskip("transformers")
+    from aogpt_plugin.convert import convert_from_hf
+    from aogpt_plugin.model_dir import load_model_dir
+
+    gpt2 = tiny_gpt2(tmp_path / "hf")
+    convert_from_hf(str(tmp_path / "hf"), str(tmp_path / "ao"))
+    model = load_model_dir(str(tmp_path / "ao")).model
+    n = 16
+    config = SampleConfig(length=n, steps=n, num_samples=2, order="l2r", seed=5, graphs=graphs, linears=linears)
+    result = generate(model, config, record=True)
+    theirs = gpt2_logits(gpt2, result.tokens)
+    assert len(result.trace) == n and len(set(result.tokens[0].tolist())) > 1
+    for j, rec in enumerate(result.trace):
+        torch.testing.assert_close(rec.logits[:, 0, :50257], theirs[:, j], atol=1e-5, rtol=0)

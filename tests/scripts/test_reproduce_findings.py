@@ -49,10 +49,13 @@ def test_smoke_study_writes_report_plots_and_reuses_cached_runs(tmp_path):
     assert results["zero_shot"]["ar_s0"]["ptb_l2r"]["bits_per_byte"] > 0
     assert len(results["ensemble"]["sizes"]) == 2 and results["generation"]
 
+    kept = "<!-- kept: another_study -->\n## Another study\n\nits text\n<!-- end kept -->"
+    docs.write_text(docs.read_text() + "\n" + kept + "\n")  # a block another script writes (gpt2_start_study.py)
     second = run(out, docs)
     assert second.returncode == 0, second.stderr[-3000:]
     assert "train " not in second.stdout  # nothing is retrained or re-evaluated
     assert "  ao_random_s0/" not in second.stdout
+    assert docs.read_text().count(kept) == 1 and "Finding 1" in docs.read_text()  # rewritten, the block kept
 
 
 def test_unknown_variant_is_a_one_line_error(tmp_path):

@@ -17,9 +17,10 @@ from aogpt_plugin.training.titan022.data import build_ordered_dataloader  # noqa
 aogpt_plugin.register()
 
 
-def _loader(rank=0, world=1, order="mixture", path=None, shuffle=0):
+def _loader(rank=0, world=1, order="mixture", path=None, shuffle=0, extra=()):
     cfg = parse_job_config(
         [
+            *extra,
             "--aogpt.shuffle_windows",
             str(shuffle),
             "--job.config_file",
@@ -103,3 +104,26 @@ def test_a_shuffle_buffer_mixes_windows_and_resumes_exactly(tmp_path):
     fresh.load_state_dict(state)
     got = [b["input"] for (b, _), _ in zip(fresh, range(3), strict=False)]
     assert all(torch.equal(e, g) for e, g in zip(expected, got, strict=True))  # buffer and stream resumed
+
+
+def test_the_curriculum_reads_left_to_right_first_and_resumes_exactly():
+    """`--aogpt.l2r_curriculum_steps 3` with 2 micro-batches of 3 per step (global batch 6): the 6 sequences of
+    step 1 are read left to right, later steps mix; a loader restored from another's state draws the same
+    tokens and orders (the step of a sequence comes from its index, which the state holds)."""
+    extra = ["--aogpt.l2r_curriculum_steps", "3", "--aogpt.p_l2r", "0", "--training.global_batch_size", "6"]
+    loader = _loader(extra=extra)
+    it = iter(loader)
+    batches = [next(it)[0] for _ in range(8)]  # steps 1-4, two micro-batches each
+    l2r = [[torch.equal(row, torch.arange(32)) for row in b["order"]] for b in batches]
+    assert l2r[0] == l2r[1] == [True] * 3  # step 1: share 1.0
+    assert not any(l2r[6] + l2r[7])  # step 4: the curriculum is over, p_l2r = 0
+    state_loader = _loader(extra=extra)
+    it = iter(state_loader)
+    for _ in range(3):
+        next(it)
+    state = state_loader.state_dict()
+    fresh = _loader(extra=extra)
+    fresh.load_state_dict(state)
+    got = [b for (b, _), _ in zip(fresh, range(5), strict=False)]
+    for expected, resumed in zip(batches[3:], got, strict=True):
+        assert torch.equal(expected["input"], resumed["input"]) and torch.equal(expected["order"], resumed["order"])

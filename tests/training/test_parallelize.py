@@ -11,12 +11,14 @@ from aogpt_plugin.training.titan022.launch import enable_torchtitan_on_cpu
 enable_torchtitan_on_cpu()
 
 import aogpt_plugin  # noqa: E402
+from aogpt_plugin.model.args import GPT2_BACKBONE  # noqa: E402
 from aogpt_plugin.training.titan022.config_parser import parse_job_config  # noqa: E402
 
 aogpt_plugin.register()
 
 
-def test_float8_converter_applies_to_block_linears_not_head_or_adaln():
+@pytest.mark.parametrize("backbone", ["paper", "gpt2"])
+def test_float8_converter_applies_to_block_linears_not_head_or_adaln(backbone):
     from torchao.float8.float8_linear import Float8Linear
     from torchtitan.protocols.model_converter import build_model_converters
 
@@ -30,7 +32,7 @@ def test_float8_converter_applies_to_block_linears_not_head_or_adaln():
         ]
     )
     cfg.compile.enable = False  # emulated float8 is eager-only off SM89
-    model = tiny_model(dim=64, n_heads=4, vocab_size=61)
+    model = tiny_model(dim=64, n_heads=4, vocab_size=61, **(GPT2_BACKBONE if backbone == "gpt2" else {}))
 
     class Dims:  # what the converter reads from ParallelDims
         dp_shard_enabled = False
@@ -40,6 +42,7 @@ def test_float8_converter_applies_to_block_linears_not_head_or_adaln():
     for lin in (block.attention.wqkv, block.attention.wo, block.feed_forward.w1, block.feed_forward.w2):
         assert isinstance(lin, Float8Linear)
     assert not isinstance(block.adaln, Float8Linear) and not isinstance(model.output, Float8Linear)
+    assert (model.output is None) == (backbone == "gpt2")  # GPT-2's tied head: the embedding, never converted
     out = model(torch.randint(0, 61, (2, 16)), order=torch.stack([torch.randperm(16) for _ in range(2)]))
     out.float().mean().backward()  # emulated float8 trains on CPU
     assert block.attention.wqkv.weight.grad is not None

@@ -7,7 +7,7 @@ import glob
 import pytest
 import torch
 
-from aogpt_plugin.errors import ConfigError
+from aogpt_plugin.errors import ConfigError, UserError
 from aogpt_plugin.training.titan022.launch import enable_torchtitan_on_cpu
 
 enable_torchtitan_on_cpu()
@@ -43,6 +43,10 @@ def test_every_recipe_parses_with_torchtitans_config_manager(recipe, study_token
     assert config.model.name == "aogpt"
     assert config.experimental.custom_import == "aogpt_plugin"
     assert config.job.custom_config_module == "aogpt_plugin.training.job_config"
+    if config.checkpoint.initial_load_in_hf:  # the *_from_gpt2 recipes: the GPT-2 folder is the user's to give
+        with pytest.raises(ConfigError, match="set checkpoint.initial_load_path=HF_DIR"):
+            check_settings(run_settings(config), **registered_names())
+        return
     check_settings(run_settings(config), **registered_names())
 
 
@@ -379,3 +383,96 @@ def test_a_dump_or_checkpoint_folder_that_is_not_a_folder_is_one_line(tmp_path, 
     with pytest.raises(ConfigError) as info:
         check_settings(run_settings(parse_job_config(DEBUG + ["--job.dump_folder", str(dump)])), **registered_names())
     assert str(info.value).startswith(f"{key}: {path!r} is {kind}, not a folder; checkpoints and logs are written")
+
+
+# ---- a GPT-2 folder to start from (initial_load_in_hf) -------------------------------------------------
+@pytest.fixture(scope="module")
+def gpt2_folder(tmp_path_factory):
+    """A GPT-2 of gpt2-tiny's shapes, saved by transformers."""
+    pytest.importorskip("transformers")
+    from conftest import GPT2_TINY_FLAVOR, tiny_gpt2
+
+    path = tmp_path_factory.mktemp("gpt2") / "hf"
+    tiny_gpt2(path, **GPT2_TINY_FLAVOR)
+    return path
+
+
+def _start_from(folder, tmp_path, *extra: str) -> list[str]:
+    argv = [*DEBUG, "--job.dump_folder", str(tmp_path / "run"), "--model.flavor", "gpt2-tiny"]
+    argv += ["--training.seq_len", "32", "--validation.seq_len", "32"]
+    return [*argv, "--checkpoint.initial_load_path", str(folder), "--checkpoint.initial_load_in_hf", *extra]
+
+
+def _edited(folder, tmp_path, **config):
+    """A copy of `folder` whose config.json says otherwise (its weights still the original's: never read)."""
+    import json
+    import shutil
+
+    copy = tmp_path / "edited"
+    shutil.copytree(folder, copy)
+    values = json.loads((copy / "config.json").read_text()) | config
+    (copy / "config.json").write_text(json.dumps(values))
+    return copy
+
+
+def test_the_gpt2_folder_of_the_flavor_passes(gpt2_folder, tmp_path):
+    check_settings(run_settings(parse_job_config(_start_from(gpt2_folder, tmp_path))), **registered_names())
+
+
+@pytest.mark.parametrize(
+    "config, extra, message",
+    [
+        ({"n_layer": 2}, [], "has layers n_layer=2 but model.flavor='gpt2-tiny' has n_layers=4"),
+        ({"n_embd": 64}, [], "has width n_embd=64 but model.flavor='gpt2-tiny' has dim=128"),
+        ({"n_head": 8}, [], "has heads n_head=8 but model.flavor='gpt2-tiny' has n_heads=4"),
+        (
+            {"vocab_size": 50000},
+            [],
+            "vocabulary vocab_size=50000 but model.flavor='gpt2-tiny' has vocab_size \\(the tokenizer's\\)=50257",
+        ),
+        (
+            {"n_positions": 1024},
+            [],
+            "positions n_positions=1024 but model.flavor='gpt2-tiny' has max_seq_len \\+ 1 .*=256",
+        ),
+        (
+            {"bos_token_id": 0},
+            [],
+            "begins texts with token 0 \\(bos_token_id\\) but aogpt.tokenizer='gpt2' ends them with 50256",
+        ),
+        (
+            {},
+            ["--model.flavor", "debugmodel"],
+            "needs GPT-2's backbone but model.flavor='debugmodel' has norm='rmsnorm'",
+        ),
+        ({}, ["--checkpoint.no-enable"], "checkpoint.initial_load_in_hf=true is read only with checkpoint.enable=true"),
+        ({}, ["--checkpoint.no-initial_load_model_only"], "initial_load_model_only=false is not allowed"),
+        (
+            {},
+            ["--checkpoint.last_save_in_hf"],
+            "checkpoint.last_save_in_hf=true is not allowed with model.flavor='gpt2-tiny'",
+        ),
+        (
+            {},
+            ["--checkpoint.initial_load_path", ""],
+            "reads a GPT-2 folder: set checkpoint.initial_load_path=HF_DIR",
+        ),
+    ],
+)
+def test_a_gpt2_folder_that_does_not_fit_the_run_is_one_line(gpt2_folder, tmp_path, config, extra, message):
+    folder = _edited(gpt2_folder, tmp_path, **config) if config else gpt2_folder
+    with pytest.raises(ConfigError, match=message) as e:
+        check_settings(run_settings(parse_job_config(_start_from(folder, tmp_path, *extra))), **registered_names())
+    assert "\n" not in str(e.value)
+
+
+def test_a_gpt2_folder_is_opened_before_any_process_group(gpt2_folder, tmp_path):
+    """Damaged weights are found while the files are opened (names and shapes), in the preflight."""
+    from safetensors.torch import load_file, save_file
+
+    folder = _edited(gpt2_folder, tmp_path)
+    state = load_file(folder / "model.safetensors")
+    state.pop("transformer.h.3.mlp.c_proj.weight")
+    save_file(state, folder / "model.safetensors")
+    with pytest.raises(UserError, match="lacks 'transformer.h.3.mlp.c_proj.weight'"):
+        check_settings(run_settings(parse_job_config(_start_from(folder, tmp_path))), **registered_names())

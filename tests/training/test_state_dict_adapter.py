@@ -1,5 +1,7 @@
 """state_dict_adapter.py: weights written in the authors' layout (`checkpoint.last_save_in_hf`) carry the
-head's padded rows masked, so the authors' code, which samples over every row, never draws a padded id."""
+head's padded rows masked, so the authors' code, which samples over every row, never draws a padded id;
+a GPT-2 folder read through `initial_load_in_hf` starts training exactly where the GPT-2 ends, in one
+process and sharded over two."""
 
 from __future__ import annotations
 
@@ -7,7 +9,19 @@ import glob
 
 import pytest
 import torch
-from conftest import debug_train_args, run_torchrun, tiny_model
+from conftest import (
+    GPT2_TINY_FLAVOR,
+    debug_train_args,
+    error_lines,
+    first_windows,
+    gpt2_loss,
+    gpt2_start_args,
+    launch_train,
+    recorded_losses,
+    run_torchrun,
+    tiny_gpt2,
+    tiny_model,
+)
 
 from aogpt_plugin.training.titan022.launch import enable_torchtitan_on_cpu
 
@@ -66,3 +80,79 @@ def test_a_sharded_two_process_run_saves_the_authors_layout_masked(tmp_path):
     (path,) = glob.glob(str(dump / "checkpoint" / "step-2" / "*.safetensors"))
     bias = load_file(path)["lm_head.bias"]
     assert bias.shape == (50304,) and (bias[50257:] == MASKED_BIAS).all() and bias[:50257].abs().max() < 1
+
+
+# ---- GPT-2 in: --checkpoint.initial_load_path HF_DIR --checkpoint.initial_load_in_hf ---------------------------
+def _converted(dump, out, weights: str) -> str:
+    from aogpt_plugin.convert import convert
+
+    convert(str(dump / "checkpoint"), str(out), weights=weights)
+    return str(out)
+
+
+def test_training_starts_where_the_gpt2_ends(tmp_path):
+    """On GPT-2's backbone the first step on left-to-right batches has transformers' loss for those batches;
+    the step reaches the conditioning (adaLN leaves the identity), and the EMA starts at the GPT-2."""
+    pytest.importorskip("transformers")
+    from aogpt_plugin.model_dir import load_model_dir
+
+    gpt2 = tiny_gpt2(tmp_path / "hf", **GPT2_TINY_FLAVOR)
+    dump = tmp_path / "run"
+    proc = launch_train(gpt2_start_args(dump, tmp_path / "hf", 1))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert abs(recorded_losses(dump)[1] - gpt2_loss(gpt2, first_windows(32, 4))) < 1e-5
+    raw, ema = (load_model_dir(_converted(dump, tmp_path / w, w)).model for w in ("raw", "ema"))
+    adaln = raw.layers["0"].adaln
+    assert adaln.weight.abs().max() > 0 and not torch.equal(adaln.bias[2 * 128 : 3 * 128], torch.ones(128))
+    loaded = gpt2.transformer.h[0].attn.c_attn.weight.t()
+    moved = raw.layers["0"].attention.wqkv.weight - loaded
+    assert moved.abs().max() > 1e-4  # the step changed it
+    # the first EMA update (warm-up: decay 2/11) from the GPT-2's weights, not from a random init
+    torch.testing.assert_close(ema.layers["0"].attention.wqkv.weight, loaded + moved * 9 / 11, atol=1e-6, rtol=0)
+
+
+@pytest.mark.slow
+def test_compiled_and_checkpointed_blocks_start_where_the_gpt2_ends(tmp_path):
+    """GPT-2's blocks (LayerNorm, tanh GELU) under per-block torch.compile and full activation checkpointing."""
+    pytest.importorskip("transformers")
+    gpt2 = tiny_gpt2(tmp_path / "hf", **GPT2_TINY_FLAVOR)
+    extra = {"compile.enable": True, "activation_checkpoint.mode": "full"}
+    proc = launch_train(gpt2_start_args(tmp_path / "run", tmp_path / "hf", 1, **extra))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert abs(recorded_losses(tmp_path / "run")[1] - gpt2_loss(gpt2, first_windows(32, 4))) < 1e-5
+
+
+def test_a_gpt2_folder_that_does_not_fit_is_one_line_before_any_process(tmp_path):
+    """Through the launcher: the preflight names both values and nothing is created."""
+    pytest.importorskip("transformers")
+    tiny_gpt2(tmp_path / "hf", **{**GPT2_TINY_FLAVOR, "n_layer": 2})
+    proc = launch_train(gpt2_start_args(tmp_path / "run", tmp_path / "hf", 1))
+    assert proc.returncode == 2
+    (line,) = error_lines(proc)
+    assert "has layers n_layer=2 but model.flavor='gpt2-tiny' has n_layers=4" in line, line
+    assert "Traceback" not in proc.stderr and not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_two_fsdp_processes_load_the_gpt2_exactly(tmp_path):
+    """Under FSDP each rank keeps its shard of the GPT-2 (DTensors laid out as the live ones, the tied head in
+    the root's unit). A learning rate of 1e-30 leaves the weights as loaded (to 1e-20: a zero moves to 1e-30):
+    the first checkpoint, raw and EMA, is `aogpt convert --from-hf`'s folder but for adaLN's target table
+    (the run's own init)."""
+    pytest.importorskip("transformers")
+    from aogpt_plugin.convert import convert, convert_from_hf
+    from aogpt_plugin.model_dir import load_model_dir
+
+    tiny_gpt2(tmp_path / "hf", **GPT2_TINY_FLAVOR)
+    dump = tmp_path / "run"
+    args = gpt2_start_args(dump, tmp_path / "hf", 1, **{"optimizer.lr": 1e-30, "training.local_batch_size": 2})
+    proc = run_torchrun(["aogpt_plugin.train", *args], nproc=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    convert_from_hf(str(tmp_path / "hf"), str(tmp_path / "converted"))
+    want = load_model_dir(str(tmp_path / "converted")).model.state_dict()
+    for weights in ("raw", "ema"):
+        convert(str(dump / "checkpoint"), str(tmp_path / weights), weights=weights)
+        got = load_model_dir(str(tmp_path / weights)).model.state_dict()
+        assert got.keys() == want.keys()
+        differ = [k for k in want if not torch.allclose(got[k], want[k], atol=1e-20, rtol=0)]  # 0 + 1e-30 != 0
+        assert differ == ["target_embeddings.weight"], (weights, differ)

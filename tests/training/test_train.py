@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 import torch
-from conftest import ROOT, debug_train_args, error_lines, launch_train, run_torchrun
+from conftest import ROOT, debug_train_args, error_lines, launch_train, recorded_losses, run_torchrun
 
 HELPER = str(ROOT / "tests" / "helpers" / "train_and_dump.py")
 
@@ -356,3 +356,39 @@ def test_a_synthetic_source_trains_without_text(tmp_path):
     bad = launch_train(debug_train_args(tmp_path / "bad", 4, **{**extra, "aogpt.tokenizer": "symbols:16"}))
     assert bad.returncode == 2
     assert "draws 32 symbols but aogpt.tokenizer='symbols:16' has 16; allowed: symbols:32" in bad.stderr
+
+
+def _scalars(dump, tag: str) -> dict[int, float]:
+    """{step: value} of a TensorBoard scalar over every run folder under dump/tb."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    values = {}
+    for folder in sorted(glob.glob(str(dump / "tb" / "*"))):
+        acc = EventAccumulator(folder)
+        acc.Reload()
+        if tag in acc.Tags()["scalars"]:
+            values |= {e.step: e.value for e in acc.Scalars(tag)}
+    return values
+
+
+@pytest.mark.slow
+def test_the_curriculum_is_logged_and_resumes_bitwise(tmp_path):
+    """`[aogpt] l2r_curriculum_steps`: TensorBoard's aogpt/l2r_share is the curriculum's share at every step, and
+    a run resumed mid-curriculum prints the losses of the uninterrupted one."""
+    from aogpt_plugin.orders import L2RCurriculum
+
+    extra = {"aogpt.l2r_curriculum_steps": 4, "aogpt.l2r_curriculum": "cosine", "checkpoint.interval": 3}
+    dump = tmp_path / "run"
+    full = launch_train(debug_train_args(dump, 6, **extra))
+    assert full.returncode == 0, full.stderr[-3000:]
+    curriculum = L2RCurriculum(4, "cosine")
+    shares = _scalars(dump, "aogpt/l2r_share")
+    assert shares == pytest.approx({s: curriculum.share(s, 0.1) for s in range(1, 7)}, abs=1e-7)
+    assert shares[1] == 1.0 and shares[5] == pytest.approx(0.1)
+    first = recorded_losses(dump)
+    shutil.rmtree(dump / "checkpoint" / "step-6")
+    resumed = launch_train(debug_train_args(dump, 6, **extra))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "Training starts at step 4" in resumed.stdout + resumed.stderr
+    again = recorded_losses(dump)
+    assert [again[s] for s in (4, 5, 6)] == [first[s] for s in (4, 5, 6)]

@@ -50,7 +50,7 @@ def build_ordered_dataloader(dp_world_size, dp_rank, tokenizer, job_config, infi
         base = SyntheticWindows(MarkovSource(MarkovSpec.parse(training.dataset_path)), training.seq_len, dp_rank)
     else:
         base = text_windows(training, tokenizer, dp_rank, dp_world_size, infinite)
-    dataset = ordered_windows(base, settings, dp_rank, infinite)
+    dataset = ordered_windows(base, settings, dp_rank, infinite, dp_world_size)
     kwargs = {**asdict(job_config.training.dataloader), "batch_size": training.local_batch_size}
     return ParallelAwareDataloader(dataset, dp_rank=dp_rank, dp_world_size=dp_world_size, **kwargs)
 

@@ -1,9 +1,10 @@
 """torchtitan 0.2.2's `parallelize_fn` for AO-GPT: activation checkpointing -> per-block compile -> FSDP2,
 then the shared finish (EMA, NaN/inf load refusal: ../parallelize.py).
 
-The same order torchtitan uses for Llama, reusing its helpers: the AO-GPT module tree keeps
-Llama's names (`tok_embeddings`, `layers`, `norm`, `output`), so Llama's FSDP grouping applies:
-embeddings / each block / final norm + head / root (positions, target table, final adaLN).
+The same order torchtitan uses for Llama, reusing its helpers for activation checkpointing, compile
+and DDP (the AO-GPT module tree keeps Llama's names: `tok_embeddings`, `layers`, `norm`, `output`);
+the FSDP2 units are the shared `apply_fsdp` (../parallelize.py: Llama's grouping, and one that holds
+a tied head), as on 0.3.
 """
 
 from __future__ import annotations
@@ -11,15 +12,10 @@ from __future__ import annotations
 import torch.nn as nn
 from torchtitan.config import TORCH_DTYPE_MAP
 from torchtitan.distributed.activation_checkpoint import apply_ac
-from torchtitan.models.llama3.infra.parallelize import (
-    _op_sac_save_list,
-    apply_compile,
-    apply_ddp,
-    apply_fsdp,
-)
+from torchtitan.models.llama3.infra.parallelize import _op_sac_save_list, apply_compile, apply_ddp
 from torchtitan.tools.logging import logger
 
-from ..parallelize import check_parallelism, finish_parallelized, use_sum_reduction_on_gloo
+from ..parallelize import apply_fsdp, check_parallelism, finish_parallelized
 from .settings import share_settings
 
 
@@ -46,12 +42,9 @@ def parallelize_aogpt(model: nn.Module, parallel_dims, job_config) -> nn.Module:
             dp_mesh,
             param_dtype=TORCH_DTYPE_MAP[job_config.training.mixed_precision_param],
             reduce_dtype=TORCH_DTYPE_MAP[job_config.training.mixed_precision_reduce],
-            pp_enabled=False,
             cpu_offload=job_config.training.enable_cpu_offload,
-            reshard_after_forward_policy=job_config.parallelism.fsdp_reshard_after_forward,
+            reshard_policy=job_config.parallelism.fsdp_reshard_after_forward,
         )
-        if dp_mesh.device_type == "cpu":
-            use_sum_reduction_on_gloo(model)
         logger.info("Applied FSDP2 to aogpt (per block + root)")
     elif parallel_dims.dp_replicate_enabled:
         apply_ddp(model, parallel_dims.get_mesh("dp_replicate"), enable_compile=compile_model)

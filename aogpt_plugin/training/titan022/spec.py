@@ -10,6 +10,7 @@ from torchtitan.protocols.train_spec import TrainSpec, register_train_spec
 from torchtitan.protocols.train_spec import _extra_train_specs as _registered
 
 from ...model import AOGPT, FLAVORS
+from ..batches import log_l2r_share
 from ..console import quiet_known_warnings
 from ..loss import recorded_loss
 from ..state_dict_adapter import AOGPTStateDictAdapter
@@ -38,6 +39,15 @@ def build_ao_loss(job_config, guard: StepGuard, **unused):
     return recorded_loss(share_settings(job_config), guard)
 
 
+def build_metrics_processor(job_config, parallel_dims, model_args=None, tag=None):
+    """torchtitan's, with the curriculum's share of left-to-right orders beside the training metrics."""
+    from torchtitan.components.metrics import build_metrics_processor as build
+
+    processor = build(job_config, parallel_dims, model_args, tag)
+    log_l2r_share(processor, share_settings(job_config))
+    return processor
+
+
 def get_train_spec() -> TrainSpec:
     guard = StepGuard()  # the loss records into it, the optimizers' step hooks check it
     return TrainSpec(
@@ -51,6 +61,7 @@ def get_train_spec() -> TrainSpec:
         build_tokenizer_fn=build_tokenizer,
         build_loss_fn=partial(build_ao_loss, guard=guard),
         build_validator_fn=build_ao_validator,
+        build_metrics_processor_fn=build_metrics_processor,
         state_dict_adapter=AOGPTStateDictAdapter,
     )
 

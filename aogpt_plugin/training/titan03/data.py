@@ -70,7 +70,7 @@ class AOGPTDataLoader(ParallelAwareDataloader):
                 config.dataset, config.dataset_path, tokenizer, seq_len, dp_rank, dp_world_size, config.infinite
             )
         super().__init__(
-            ordered_windows(base, config.settings, dp_rank, config.infinite),
+            ordered_windows(base, config.settings, dp_rank, config.infinite, dp_world_size),
             dp_rank=dp_rank,
             dp_world_size=dp_world_size,
             batch_size=local_batch_size,

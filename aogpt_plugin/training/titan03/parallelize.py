@@ -1,11 +1,9 @@
 """torchtitan 0.3's `parallelize_fn` for AO-GPT: float8 -> activation checkpointing -> per-block compile -> FSDP2
 (or DDP), then the shared finish (EMA, NaN/inf load refusal: ../parallelize.py).
 
-0.3 dropped the Llama helpers 0.2.2's glue reused (apply_fsdp, apply_ddp, apply_ac, apply_compile) and
-its `apply_fsdp_to_decoder` expects its own Decoder class, so the grouping is written with torch's
-`fully_shard`: embeddings / each block / final norm + head / root. Bare `fully_shard` divides
-gradients by the data-parallel degree; the loss is already divided by the global token count, so
-that division is switched off, as 0.2.2's apply_fsdp did (without it 2 ranks halve every gradient).
+0.3 dropped the Llama helpers 0.2.2's glue reused (apply_ac, apply_compile) and its
+`apply_fsdp_to_decoder` expects its own Decoder class; the FSDP2 units are the shared
+`apply_fsdp` (../parallelize.py), as on 0.2.2.
 """
 
 from __future__ import annotations
@@ -16,32 +14,8 @@ from torchtitan.config import TORCH_DTYPE_MAP
 from torchtitan.distributed.fsdp import disable_fsdp_gradient_division
 from torchtitan.tools.logging import logger
 
-from ..parallelize import check_parallelism, finish_parallelized, use_sum_reduction_on_gloo
+from ..parallelize import apply_fsdp, check_parallelism, finish_parallelized
 from .float8 import convert_to_float8
-
-
-def _apply_fsdp(model: nn.Module, mesh, training, parallelism) -> None:
-    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
-
-    kwargs = {
-        "mesh": mesh,
-        "mp_policy": MixedPrecisionPolicy(
-            param_dtype=TORCH_DTYPE_MAP[training.mixed_precision_param],
-            reduce_dtype=TORCH_DTYPE_MAP[training.mixed_precision_reduce],
-        ),
-    }
-    if training.enable_cpu_offload:
-        kwargs["offload_policy"] = CPUOffloadPolicy()
-    policy = parallelism.fsdp_reshard_after_forward
-    reshard = policy != "never"
-    fully_shard(model.tok_embeddings, **kwargs, reshard_after_forward=reshard)
-    for block in model.layers.values():
-        fully_shard(block, **kwargs, reshard_after_forward=reshard)
-    fully_shard([model.norm, model.output], **kwargs, reshard_after_forward=policy == "always")
-    fully_shard(model, **kwargs)
-    disable_fsdp_gradient_division(model)
-    if mesh.device_type == "cpu":
-        use_sum_reduction_on_gloo(model)
 
 
 def parallelize_aogpt(
@@ -60,7 +34,14 @@ def parallelize_aogpt(
         # the shard axis is "fsdp" under spmd_backend="partial_dtensor", "dp_shard" otherwise
         shard = "fsdp" if parallelism.spmd_backend == "partial_dtensor" else "dp_shard"
         names = ["dp_replicate", shard] if parallel_dims.dp_replicate_enabled else [shard]
-        _apply_fsdp(model, parallel_dims.get_mesh(names), training, parallelism)
+        apply_fsdp(
+            model,
+            parallel_dims.get_mesh(names),
+            param_dtype=TORCH_DTYPE_MAP[training.mixed_precision_param],
+            reduce_dtype=TORCH_DTYPE_MAP[training.mixed_precision_reduce],
+            cpu_offload=training.enable_cpu_offload,
+            reshard_policy=parallelism.fsdp_reshard_after_forward,
+        )
         logger.info("Applied FSDP2 to aogpt (per block + root)")
     elif parallel_dims.dp_replicate_enabled:
         from torch.distributed._composable.replicate import replicate

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from torchtitan.trainer import Trainer
 
 from ...errors import UserError
+from ..batches import log_l2r_share
 from ..checkpointing import run_record
 from ..optimizers import hook_guard_and_emas
 from ..sections import (
@@ -84,6 +85,7 @@ class AOGPTTrainer(Trainer):
             self.checkpointer.record_of = lambda: run_record(settings)
             self.checkpointer.guard = guard
         _log_lr_under_its_0_2_2_tag(self.lr_schedulers)
+        log_l2r_share(self.metrics_processor, settings)
 
     def train(self) -> None:
         """Under stock `-m torchtitan.train` (preflight set) a non-finite step is a UserError, so it ends
@@ -115,6 +117,7 @@ def run_settings(config: AOGPTTrainer.Config) -> RunSettings:
             dataset_path=config.dataloader.dataset_path,
             seq_len=t.seq_len,
             local_batch_size=t.local_batch_size,
+            global_batch_size=t.global_batch_size,
             steps=t.steps,
             max_norm=t.max_norm,
         ),
@@ -148,6 +151,10 @@ def run_settings(config: AOGPTTrainer.Config) -> RunSettings:
             keep_latest_k=ckpt.keep_latest_k,
             load_step=ckpt.load_step,
             exclude_from_loading=tuple(ckpt.exclude_from_loading),
+            initial_load_path=ckpt.initial_load_path,
+            initial_load_in_hf=ckpt.initial_load_in_hf,
+            initial_load_model_only=ckpt.initial_load_model_only,
+            last_save_in_hf=ckpt.last_save_in_hf,
         ),
         compile=Compile(enable=comp.enable, components=tuple(comp.components), backend=comp.backend),
         float8=config.quantize.linear.float8,

@@ -13,19 +13,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT, debug_train_args, error_lines, launch_train, run_torchrun
+from conftest import ROOT, debug_train_args, error_lines, gpt2_start_args, launch_train, recorded_losses, run_torchrun
 
 from .conftest import needs_titan03, printed_losses
 
 pytestmark = needs_titan03
 VENV022 = Path(os.environ.get("AOGPT_PYTHON022", ROOT / ".venv" / "bin" / "python"))
-
-
-def _recorded_losses(dump: Path) -> dict[int, float]:
-    losses = {}
-    for record in sorted((dump / "checkpoint").glob("step-*/aogpt.json")):
-        losses |= {int(s): v[0] for s, v in json.loads(record.read_text())["losses"].items()}
-    return losses
 
 
 def _validation(proc, step: int = 6) -> list[str]:
@@ -44,7 +37,7 @@ def test_two_fsdp_processes_resume_exactly(tmp_path):
     full = run_torchrun(["aogpt_plugin.train", *_args(dump, 6)], nproc=2)
     assert full.returncode == 0, full.stderr[-3000:]
     first = printed_losses(full.stdout + full.stderr)
-    recorded = _recorded_losses(dump)
+    recorded = recorded_losses(dump)
     assert sorted(first) == sorted(recorded) == list(range(1, 7))
     record = json.loads((dump / "checkpoint" / "step-6" / "aogpt.json").read_text())
     assert record["torchtitan"].startswith("0.3") and record["step"] == 6
@@ -54,7 +47,7 @@ def test_two_fsdp_processes_resume_exactly(tmp_path):
     again = printed_losses(resumed.stdout + resumed.stderr)
     assert sorted(again) == [4, 5, 6]
     assert {s: first[s] for s in (4, 5, 6)} == again
-    after = _recorded_losses(dump)  # the new step-6 record: the resumed run's losses, full precision
+    after = recorded_losses(dump)  # the new step-6 record: the resumed run's losses, full precision
     assert {s: recorded[s] for s in (4, 5, 6)} == {s: after[s] for s in (4, 5, 6)}
     val, val_again = _validation(full), _validation(resumed)
     assert val and val == val_again  # EMA included: its state resumed too
@@ -254,3 +247,41 @@ def test_bad_value_is_one_line_before_any_process_group(tmp_path):
     proc = launch_train(_args(tmp_path / "run", 2, **{"training.stepz": 3}))
     assert proc.returncode == 2 and len(error_lines(proc)) == 1, proc.stderr[-2000:]
     assert "training.stepz" in error_lines(proc)[0]
+
+
+def test_training_starts_where_the_gpt2_ends(tmp_path):
+    """As under 0.2.2 (tests/training/test_state_dict_adapter.py), `--checkpoint.initial_load_path HF_DIR
+    --checkpoint.initial_load_in_hf` on GPT-2's backbone: the first step on left-to-right batches has
+    transformers' loss (the folder and the loss come from the 0.2.2 venv, which has transformers)."""
+    if not VENV022.exists():
+        pytest.skip(f"no python with transformers at {VENV022} to make the GPT-2 with")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    cmd = [str(VENV022), str(ROOT / "tests" / "helpers" / "gpt2_folder.py"), str(tmp_path / "hf"), "32", "4"]
+    made = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert made.returncode == 0, made.stderr[-3000:]
+    want = json.loads(made.stdout.strip().splitlines()[-1])["loss"]
+    dump = tmp_path / "run"
+    proc = launch_train(gpt2_start_args(dump, tmp_path / "hf", 1))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert abs(recorded_losses(dump)[1] - want) < 1e-5
+
+
+def test_the_curriculum_draws_and_logs_as_on_0_2_2(tmp_path):
+    """`--aogpt.l2r_curriculum_steps` under 0.3: the share reaches TensorBoard (aogpt/l2r_share) and, with the
+    global batch split into micro-batches, the steps' losses are 0.2.2's (the same orders were drawn)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    extra = {"aogpt.l2r_curriculum_steps": 2, "training.global_batch_size": 8, "validation.freq": 100}
+    proc = launch_train(_args(tmp_path / "new", 3, **extra))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (folder,) = (tmp_path / "new" / "tb").iterdir()
+    acc = EventAccumulator(str(folder))
+    acc.Reload()
+    assert [(e.step, round(e.value, 6)) for e in acc.Scalars("aogpt/l2r_share")] == [(1, 1.0), (2, 0.55), (3, 0.1)]
+    if not VENV022.exists():
+        pytest.skip(f"no torchtitan 0.2.2 python at {VENV022} to compare with")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    cmd = [str(VENV022), "-m", "aogpt_plugin.train", *_args(tmp_path / "old", 3, **extra)]
+    old = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert old.returncode == 0, old.stderr[-3000:]
+    assert printed_losses(old.stdout + old.stderr) == printed_losses(proc.stdout + proc.stderr)
