@@ -20,10 +20,10 @@
 # train_bench, train_profile and the dynamic sampler's), `sampler` and `sampler_compile`; `train_compile_model`
 # only when named (the small bench with the whole model compiled).
 # GPU_CHECK_TRAIN_FLAVORS="small" limits the training benches to those flavors (default: small medium).
-# The sampler part (issue 33; at most 7 minutes on one H100, each step under its own timeout): the CUDA tests of
+# The sampler part (at most 7 minutes on one H100, each step under its own timeout): the CUDA tests of
 # the graphed static step (tests/gpu/test_graphed_sampler.py), then `aogpt bench sampler --graphs on` for small at
 # n=1024 with batch 1 and 32 (each with --step-profile: the kernels of 8 replayed T=n steps, OUTDIR/step_profile_*.json)
-# and at n=256 with batch 32, then `aogpt bench requests` (issue 43: 256 mixed requests, batches of 1, 8 and 32;
+# and at n=256 with batch 32, then `aogpt bench requests` (256 mixed requests, batches of 1, 8 and 32;
 # OUTDIR/bench_requests.json); sampler_compile (at most 3.5 minutes): `--graphs compile --T n` at n=1024, batch 32,
 # with its --step-profile too:
 #   GPU_CHECK_PARTS="sampler sampler_compile" bash scripts/gpu_check.sh "$OUT"
