@@ -64,7 +64,7 @@ def check_types(values: dict, rules: dict, spell=keyword_name) -> None:
             if kind == "Tensor":
                 shown = f"tensor of shape {tuple(value.shape)}"
             else:
-                shown = f"{value!r:.60}"
+                shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
             article = "an" if kind[0] in "aeiou" else "a"
             raise UserError(f"{spell(name)} {shown} is {article} {kind}; allowed: {allowed}", name)
 
