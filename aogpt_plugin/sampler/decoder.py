@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from ..model import AOGPT
+from ..model.model import TransformerBlock
 from .graphs import raise_compile_limits
 from .masks import FlexStepMask, dense_mask
 
@@ -104,24 +105,41 @@ class PackedLinear(nn.Module):
 
 # ---- adaLN tables ---------------------------------------------------------------------------
 class ModulationTable(nn.Module):
-    """forward(targets) = adaln(SiLU(target_embeddings[targets])); targets (..., 1) long."""
+    """forward(targets) = adaln(SiLU(target_embeddings[targets])); targets (..., 1) long. The chunks
+    numbered in `plus_one` (of `chunks` equal ones) hold 1 + their value: a block's scales, as FusedBlock
+    reads them (rounded as the block's `1 + scale` rounds them, in the table's dtype)."""
 
-    def __init__(self, adaln: nn.Linear, target_embeddings: nn.Embedding):
+    def __init__(self, adaln: nn.Linear, target_embeddings: nn.Embedding, chunks: int = 1, plus_one: tuple = ()):
         super().__init__()
         with torch.no_grad():
             self.table = adaln(F.silu(target_embeddings.weight)).detach()
+            for c in plus_one:
+                self.table.narrow(-1, c * self.table.shape[-1] // chunks, self.table.shape[-1] // chunks).add_(1)
 
     def forward(self, targets: torch.Tensor) -> torch.Tensor:
         return F.embedding(targets[..., 0], self.table)
 
 
+class FusedBlock(TransformerBlock):
+    """A decode view's adaLN block: its table holds 1 + scale, and each modulation and each gated residual
+    is one addcmul, 6 kernels fewer per block than TransformerBlock's formulas. A decode step on a GPU is
+    launch-bound (a few microseconds a kernel, docs/benchmarks.md); the values agree up to rounding."""
+
+    def forward(self, x: torch.Tensor, cond: torch.Tensor | None = None, attend=None) -> torch.Tensor:
+        shift_a, scale1_a, gate_a, shift_f, scale1_f, gate_f = self.adaln(cond).chunk(6, dim=-1)
+        x = torch.addcmul(x, gate_a, self.attention(torch.addcmul(shift_a, self.attention_norm(x), scale1_a), attend))
+        return torch.addcmul(x, gate_f, self.feed_forward(torch.addcmul(shift_f, self.ffn_norm(x), scale1_f)))
+
+
 def tabulate_modulation(model: nn.Module) -> bool:
-    """Replace every adaLN Linear of an AO-GPT (view) by its table; False if it has no adaLN."""
+    """Replace every adaLN Linear of an AO-GPT (view) by its table and its blocks by FusedBlocks; False if
+    it has no adaLN."""
     if getattr(model, "final_adaln", None) is None:
         return False
     positions = model.target_embeddings
     for block in model.layers.values():
-        block.adaln = ModulationTable(block.adaln, positions)
+        block.adaln = ModulationTable(block.adaln, positions, chunks=6, plus_one=(1, 4))
+        block.__class__ = FusedBlock  # the view's copy only; the same parameters
     model.final_adaln = ModulationTable(model.final_adaln, positions)
     return True
 

@@ -14,9 +14,11 @@ from conftest import needs_onednn, tiny_model
 
 from aogpt_plugin.errors import UserError
 from aogpt_plugin.model.args import GPT2_BACKBONE
+from aogpt_plugin.model.model import TransformerBlock
 from aogpt_plugin.sampler import SampleConfig, generate
 from aogpt_plugin.sampler.choices import resolve_linear_kernel
 from aogpt_plugin.sampler.decoder import (
+    FusedBlock,
     ModulationTable,
     PackedLinear,
     build_view,
@@ -158,9 +160,56 @@ def test_table_rows_equal_adaln_of_each_target():
 
 def test_every_adaln_is_tabulated_and_other_conditionings_are_left_alone():
     view = build_view(tiny_model("adaln", preset="sampler"), "aten").model
-    assert all(isinstance(b.adaln, ModulationTable) for b in view.layers.values())
+    assert all(isinstance(b.adaln, ModulationTable) and type(b) is FusedBlock for b in view.layers.values())
     assert isinstance(view.final_adaln, ModulationTable)
     for conditioning in ("none", "concat"):
         model = tiny_model(conditioning, preset="sampler")
         assert not tabulate_modulation(model)
         assert model.final_adaln is None
+
+
+def _aten_ops(fn) -> list[str]:
+    """The aten ops `fn()` runs, in order (each one kernel launch on a GPU, in eager mode and in a CUDA graph)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Record(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func.overloadpacket.__name__))
+            return func(*args, **(kwargs or {}))
+
+    with Record() as record:
+        fn()
+    return record.ops
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_fused_block_is_the_block_in_six_ops_fewer(dtype):
+    """The view's block (table of 1 + scale, addcmul for each modulation and gated residual) gives the
+    training block's output to rounding, with 6 aten ops fewer (4 mul/add of the two modulations, 2 of the
+    gates): the launches a GPU decode step saves per layer."""
+    model = tiny_model("adaln", seed=4, preset="sampler").to(dtype)
+    view = build_view(model, "aten").model
+    block, fused = model.layers["1"], view.layers["1"]
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, model.model_args.dim, dtype=dtype)
+    targets = torch.tensor([[0, 5, 39, 2, 3], [7, 7, 1, 0, 9]])
+    cond = F.silu(model.target_embeddings(targets))
+    with torch.no_grad():
+        expected = block(x, cond)
+        got = fused(x, targets.unsqueeze(-1))
+        tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=3e-2, rtol=2e-2)
+        torch.testing.assert_close(got, expected, **tol)
+        raw = ModulationTable(block.adaln, model.target_embeddings)  # the training formulas on a table
+        training_ops = _aten_ops(lambda: TransformerBlock.forward(fused, x, targets.unsqueeze(-1)))
+        fused.adaln, table = raw, fused.adaln
+        try:
+            torch.testing.assert_close(TransformerBlock.forward(fused, x, targets.unsqueeze(-1)), expected)
+        finally:
+            fused.adaln = table
+        fused_ops = _aten_ops(lambda: fused(x, targets.unsqueeze(-1)))
+    assert len(fused_ops) == len(training_ops) - 6, (training_ops, fused_ops)
+    assert fused_ops.count("addcmul") == 4 and "addcmul" not in training_ops
