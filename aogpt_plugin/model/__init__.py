@@ -2,13 +2,13 @@
 
 from .args import CONDITIONINGS, FLAVORS, AOGPTModelArgs
 
-__all__ = ["AOGPT", "AOGPTModelArgs", "CONDITIONINGS", "FLAVORS"]
+__all__ = ["AOGPT", "AOGPTModelArgs", "CONDITIONINGS", "FLAVORS", "TransformerBlock"]
 
 
 def __getattr__(name: str):
-    """AOGPT on first use: the args and flavors alone load no torch (fast `aogpt ... --help`)."""
-    if name == "AOGPT":
-        from .model import AOGPT
+    """AOGPT (and its block) on first use: the args and flavors alone load no torch (fast `aogpt ... --help`)."""
+    if name in ("AOGPT", "TransformerBlock"):
+        from . import model
 
-        return AOGPT
+        return getattr(model, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

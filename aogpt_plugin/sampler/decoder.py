@@ -28,8 +28,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
-from ..model import AOGPT
-from ..model.model import TransformerBlock
+from ..model import AOGPT, TransformerBlock
 from .graphs import raise_compile_limits
 from .masks import FlexStepMask, dense_mask
 
