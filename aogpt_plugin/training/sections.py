@@ -18,6 +18,7 @@ shared module: the same recipe gives equal RunSettings on both versions (tests/t
 with no defaults: every value comes from the parsed config.
 """
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Annotated, Protocol
 
@@ -118,6 +119,13 @@ class EMA:
 
 
 # ---- the run's settings as the shared code reads them ----------------------------------------------
+def section_of(cls, source, **differing):
+    """The settings section `cls` copied from a torchtitan config section `source` holding the same field
+    names (lists as tuples, so the copy is frozen all through), but the `differing` fields, given."""
+    copied = {f.name: getattr(source, f.name) for f in dataclasses.fields(cls) if f.name not in differing}
+    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in copied.items()}, **differing)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Job:
     dump_folder: str

@@ -24,6 +24,7 @@ from ..sections import (
     RunSettings,
     Training,
     Validation,
+    section_of,
 )
 
 _HELD = "aogpt_run_settings"  # the JobConfig attribute that holds its RunSettings (not a config field)
@@ -36,60 +37,18 @@ def run_settings(job_config) -> RunSettings:
             f"job.custom_config_module={job_config.job.custom_config_module!r} lacks the [aogpt] "
             f"section; set it to {CUSTOM_CONFIG_MODULE!r}"
         )
-    t, v, o = job_config.training, job_config.validation, job_config.optimizer
-    ckpt, comp, sched, par = job_config.checkpoint, job_config.compile, job_config.lr_scheduler, job_config.parallelism
     return RunSettings(
         aogpt=job_config.aogpt,
         ema=job_config.ema,
         job=Job(dump_folder=job_config.job.dump_folder),
-        model=Model(
-            name=job_config.model.name, flavor=job_config.model.flavor, converters=tuple(job_config.model.converters)
-        ),
-        training=Training(
-            dataset=t.dataset,
-            dataset_path=t.dataset_path,
-            seq_len=t.seq_len,
-            local_batch_size=t.local_batch_size,
-            global_batch_size=t.global_batch_size,
-            steps=t.steps,
-            max_norm=t.max_norm,
-        ),
-        validation=Validation(
-            enable=v.enable,
-            dataset=v.dataset,
-            dataset_path=v.dataset_path,
-            seq_len=v.seq_len,
-            local_batch_size=v.local_batch_size,
-            steps=v.steps,
-            freq=v.freq,
-        ),
-        optimizer=Optimizer(
-            name=o.name,
-            lr=o.lr,
-            beta1=o.beta1,
-            beta2=o.beta2,
-            weight_decay=o.weight_decay,
-            early_step_in_backward=o.early_step_in_backward,
-        ),
-        lr_scheduler=LRScheduler(warmup_steps=sched.warmup_steps, decay_ratio=sched.decay_ratio),
-        parallelism=Parallelism(
-            tensor_parallel_degree=par.tensor_parallel_degree,
-            context_parallel_degree=par.context_parallel_degree,
-            pipeline_parallel_degree=par.pipeline_parallel_degree,
-        ),
-        checkpoint=Checkpoint(
-            enable=ckpt.enable,
-            folder=ckpt.folder,
-            interval=ckpt.interval,
-            keep_latest_k=ckpt.keep_latest_k,
-            load_step=ckpt.load_step,
-            exclude_from_loading=tuple(ckpt.exclude_from_loading),
-            initial_load_path=ckpt.initial_load_path,
-            initial_load_in_hf=ckpt.initial_load_in_hf,
-            initial_load_model_only=ckpt.initial_load_model_only,
-            last_save_in_hf=ckpt.last_save_in_hf,
-        ),
-        compile=Compile(enable=comp.enable, components=tuple(comp.components), backend=comp.backend),
+        model=section_of(Model, job_config.model),
+        training=section_of(Training, job_config.training),
+        validation=section_of(Validation, job_config.validation),
+        optimizer=section_of(Optimizer, job_config.optimizer),
+        lr_scheduler=section_of(LRScheduler, job_config.lr_scheduler),
+        parallelism=section_of(Parallelism, job_config.parallelism),
+        checkpoint=section_of(Checkpoint, job_config.checkpoint),
+        compile=section_of(Compile, job_config.compile),
         float8=job_config.quantize.linear.float8,
     )
 

@@ -39,6 +39,7 @@ from ..sections import (
     SettingsField,
     Training,
     Validation,
+    section_of,
 )
 from ..step_guard import NonFiniteStepError
 from .checkpoint import AOGPTCheckpointManager
@@ -103,8 +104,7 @@ def run_settings(config: AOGPTTrainer.Config) -> RunSettings:
     some of the keys the shared code reads (`job.dump_folder` -> `dump_folder`, `training.dataset` ->
     `dataloader.dataset`, `validation.*` -> `validator.*`, `model.flavor` -> `model_spec.flavor`);
     here they get the recipe's names back, as titan022/settings.py reads them off a 0.2.2 JobConfig."""
-    t, v, o = config.training, config.validator, config.optimizer
-    ckpt, comp, sched, par = config.checkpoint, config.compile, config.lr_scheduler, config.parallelism
+    t, v = config.training, config.validator
     return RunSettings(
         aogpt=config.aogpt,
         ema=config.ema,
@@ -112,14 +112,8 @@ def run_settings(config: AOGPTTrainer.Config) -> RunSettings:
         model=Model(
             name=config.model_spec.name, flavor=config.model_spec.flavor, converters=tuple(config.model.converters)
         ),
-        training=Training(
-            dataset=config.dataloader.dataset,
-            dataset_path=config.dataloader.dataset_path,
-            seq_len=t.seq_len,
-            local_batch_size=t.local_batch_size,
-            global_batch_size=t.global_batch_size,
-            steps=t.steps,
-            max_norm=t.max_norm,
+        training=section_of(
+            Training, t, dataset=config.dataloader.dataset, dataset_path=config.dataloader.dataset_path
         ),
         validation=Validation(
             enable=v.enable,
@@ -130,33 +124,11 @@ def run_settings(config: AOGPTTrainer.Config) -> RunSettings:
             steps=v.steps,
             freq=v.freq,
         ),
-        optimizer=Optimizer(
-            name=o.name,
-            lr=o.lr,
-            beta1=o.beta1,
-            beta2=o.beta2,
-            weight_decay=o.weight_decay,
-            early_step_in_backward=False,  # 0.3 has no such option
-        ),
-        lr_scheduler=LRScheduler(warmup_steps=sched.warmup_steps, decay_ratio=sched.decay_ratio),
-        parallelism=Parallelism(
-            tensor_parallel_degree=par.tensor_parallel_degree,
-            context_parallel_degree=par.context_parallel_degree,
-            pipeline_parallel_degree=par.pipeline_parallel_degree,
-        ),
-        checkpoint=Checkpoint(
-            enable=ckpt.enable,
-            folder=ckpt.folder,
-            interval=ckpt.interval,
-            keep_latest_k=ckpt.keep_latest_k,
-            load_step=ckpt.load_step,
-            exclude_from_loading=tuple(ckpt.exclude_from_loading),
-            initial_load_path=ckpt.initial_load_path,
-            initial_load_in_hf=ckpt.initial_load_in_hf,
-            initial_load_model_only=ckpt.initial_load_model_only,
-            last_save_in_hf=ckpt.last_save_in_hf,
-        ),
-        compile=Compile(enable=comp.enable, components=tuple(comp.components), backend=comp.backend),
+        optimizer=section_of(Optimizer, config.optimizer, early_step_in_backward=False),  # 0.3 has no such option
+        lr_scheduler=section_of(LRScheduler, config.lr_scheduler),
+        parallelism=section_of(Parallelism, config.parallelism),
+        checkpoint=section_of(Checkpoint, config.checkpoint),
+        compile=section_of(Compile, config.compile),
         float8=config.quantize.linear.float8,
     )
 
