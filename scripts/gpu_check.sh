@@ -118,11 +118,11 @@ if [ "$MODE" = gpu ]; then
     want bench && for batch in 1 8 32; do
         step "bench_sampler_b$batch" sh -c "$AOGPT_Q bench sampler --flavor small --n 256 --batch $batch --repeats 3 --json > $OUT/bench_sampler_b$batch.json"
     done
-    # The sampler part (issues 33, 43): 120+55+150+50+40 s of timeouts (+5 s grace each) = 7.3 minutes at most (on
+    # The sampler part: 115+45+150+45+40 s of timeouts (+5 s grace each) = 7.0 minutes at most (on
     # an H200, 2026-11-27: 85 s of tests, 32 s for batch 1; batch 32 needs about 130 s, 70 of them the encoder);
     # sampler_compile (inductor's step, compiled for AO, AR and the encoder): 200 s more.
-    want sampler && timed pytest_graphed 120 "$PY" -m pytest -m gpu tests/gpu/test_graphed_sampler.py -q -p no:cacheprovider --junitxml "$OUT/pytest_graphed.xml"
-    for run in "sampler 1024 1 55 on all profile" "sampler 1024 32 150 on all profile" "sampler 256 32 50 on all -" \
+    want sampler && timed pytest_graphed 115 "$PY" -m pytest -m gpu tests/gpu/test_graphed_sampler.py -q -p no:cacheprovider --junitxml "$OUT/pytest_graphed.xml"
+    for run in "sampler 1024 1 45 on all profile" "sampler 1024 32 150 on all profile" "sampler 256 32 45 on all -" \
         "sampler_compile 1024 32 200 compile n profile"; do
         read -r part n batch seconds graphs tvalues profile <<< "$run"
         name="bench_graphs_${graphs}_n${n}_b${batch}"
