@@ -184,6 +184,7 @@ def run(args) -> int:
     for i, text in enumerate(texts):
         print(f"=== sample {i} ===")
         print(text)
+    sys.stdout.flush()  # an output that cannot be written (a closed pipe, a full disk) fails here, before the summary
     how = (
         f"speculative (draft {plan.draft}): {speculative['tokens_per_forward']:.2f} tokens per forward, "
         f"draft acceptance {speculative['draft_acceptance_rate']:.2f}, "
