@@ -24,7 +24,7 @@ from ..sampler.choices import SamplerChoices, resolve_choices
 from ..sampler.decoder import CachedDecoder, decode_model
 from ..sampler.generation import noise_seed, plan_generator
 from ..sampler.graphs import StepRunner, uses_inductor
-from ..sampler.noise import PARALLEL_DRAW, NoiseWorkspace, row_keys
+from ..sampler.noise import NoiseWorkspace, keys_at, parallel_draw_keys
 from ..sampler.prompt import Prompt, sample_orders
 from ..sampler.sampling import SamplingParams, sample_tokens, step_counts
 
@@ -105,7 +105,7 @@ class EncoderResult:
 class StaticEncoder:
     """The encoder sampler's state at fixed addresses, so its steps are captured like the AO sampler's
     (static.py): the token table (column n is scratch), the order, tokens known, the plan of counts,
-    the samples' noise keys, the step index and the noise buffers. Kept on the model's view across runs
+    every position's noise key, the step index and the noise buffers. Kept on the model's view across runs
     (`step_buffers`), as the AO sampler's."""
 
     def __init__(self, model: EncoderMDM, batch: int, length: int, mode: str):
@@ -115,7 +115,7 @@ class StaticEncoder:
         self.orders = torch.zeros(batch, length, dtype=torch.long, device=device)
         self.known = torch.zeros(batch, dtype=torch.long, device=device)
         self.plan = torch.zeros(batch, length, dtype=torch.long, device=device)
-        self.noise_keys = torch.zeros(batch, dtype=torch.long, device=device)
+        self.draw_keys = torch.zeros(batch, length, 2, dtype=torch.long, device=device)
         self.step_index = torch.zeros(1, dtype=torch.long, device=device)
         self.noise = None if uses_inductor(mode, device) else NoiseWorkspace()
         self.aranges = {}
@@ -127,7 +127,7 @@ class StaticEncoder:
         self.known.zero_()
         self.plan.zero_()
         self.plan[:, : counts.shape[1]] = counts
-        self.noise_keys.copy_(noise_keys)
+        self.draw_keys.copy_(parallel_draw_keys(noise_keys, self.length))
         self.step_index.zero_()
         if self.noise is not None:
             grown = self.noise.grown
@@ -149,8 +149,7 @@ def encoder_step(state: StaticEncoder, r: torch.Tensor, sampling: SamplingParams
     at = state.orders.gather(1, torch.clamp(state.known[:, None] + r, max=n - 1))
     h = state.model.hidden(state.x[:, :n])
     h = h.gather(1, at.unsqueeze(-1).expand(-1, -1, h.shape[-1]))
-    keys = row_keys(state.noise_keys, PARALLEL_DRAW, at)
-    tokens = sample_tokens(state.model.output(h), state.vocab_size, sampling, keys, state.noise)
+    tokens = sample_tokens(state.model.output(h), state.vocab_size, sampling, keys_at(state.draw_keys, at), state.noise)
     state.x.scatter_(1, torch.where(r < new[:, None], at, n), tokens)
     state.known.add_(new)
     state.step_index.add_(1)
@@ -206,6 +205,7 @@ def encoder_generate(
     x = torch.full((batch, length + 1), model.mask_id, dtype=torch.long, device=device)  # column n: scratch
     known = torch.zeros(batch, dtype=torch.long)
     workspace = NoiseWorkspace()
+    draw_keys = parallel_draw_keys(noise_keys, length)
     forward_passes = 0
     for step in range(steps):
         new = per_step[:, step]
@@ -216,7 +216,7 @@ def encoder_generate(
         h = model.hidden(x[:, :length])
         h = h.gather(1, at.unsqueeze(-1).expand(-1, -1, h.shape[-1]))
         drawn = (r < new[:, None]).to(device)
-        keys = row_keys(noise_keys, PARALLEL_DRAW, at)
+        keys = keys_at(draw_keys, at)
         tokens = sample_tokens(model.output(h), model.model_args.vocab_size, sampling, keys, workspace, drawn)
         x.scatter_(1, torch.where(drawn, at, length), tokens)
         known += new
@@ -266,6 +266,7 @@ def ar_generate(
     tokens = torch.zeros(batch, length, dtype=torch.long, device=device)
     prev = torch.zeros(batch, 1, dtype=torch.long, device=device)
     workspace = NoiseWorkspace()
+    draw_keys = parallel_draw_keys(noise_keys, length)
     one = torch.ones(batch, dtype=torch.long)
     for j in range(length):
         position = torch.full((batch, 1), j - 1, dtype=torch.long, device=device)
@@ -276,8 +277,7 @@ def ar_generate(
         else:
             mask, kv_len = None, j + 1
         h = decoder.forward(h, cond, j, mask, kv_len)
-        keys = row_keys(noise_keys, PARALLEL_DRAW, target)
-        prev = sample_tokens(decoder.logits(h, cond), vocab, sampling, keys, workspace)
+        prev = sample_tokens(decoder.logits(h, cond), vocab, sampling, keys_at(draw_keys, target), workspace)
         tokens[:, j] = prev[:, 0]
     tokens = tokens.cpu()
     synchronize(device)

@@ -42,7 +42,7 @@ from ..orders import READ_ORDERS
 from ..seeding import stream_generator, stream_seed
 from .choices import SamplerChoices, check_names, resolve_choices
 from .decoder import CachedDecoder
-from .noise import PARALLEL_DRAW, NoiseWorkspace, row_keys
+from .noise import PARALLEL_DRAW, NoiseWorkspace, keys_at, parallel_draw_keys, row_keys
 from .options import COUNTS, SCHEDULES
 from .prompt import Prompt, order_specs, sample_orders, sample_prompts
 from .sampling import SamplingParams, sample_tokens, step_counts
@@ -206,6 +206,7 @@ class _Run:
     decoder: CachedDecoder | None = None
     static: StaticDecoder | None = None
     in_order: torch.Tensor | None = None  # in_order[:, j] = x[sigma(j)]; column n (or later) is scratch
+    draw_keys: torch.Tensor | None = None  # (B, n, 2) every position's parallel-draw key, made on first use
     start_time: float = 0.0
     compiled_before: float = 0.0
 
@@ -242,8 +243,12 @@ class _Run:
     def keys(self, step, order_index: torch.Tensor) -> torch.Tensor:
         """Noise keys (B, R, 2) of draws `step` (noise.py) for the positions at `order_index` (B, R) of each
         sample's order (CPU; clamped into the order)."""
-        positions = self.orders.gather(1, order_index.clamp(0, self.n - 1))
-        return row_keys(self.noise_keys_dev, step, positions.to(self.device))
+        positions = self.orders.gather(1, order_index.clamp(0, self.n - 1)).to(self.device)
+        if isinstance(step, int) and step == PARALLEL_DRAW:  # looked up, hashed once per run (noise.py)
+            if self.draw_keys is None:
+                self.draw_keys = parallel_draw_keys(self.noise_keys_dev, self.n)
+            return keys_at(self.draw_keys, positions)
+        return row_keys(self.noise_keys_dev, step, positions)
 
 
 def _start(

@@ -9,7 +9,8 @@ life of a `StaticDecoder`:
       last slot is scratch: padded query rows write there and nothing real is ever read from it),
   per sample: the order (positions), the token table in order (`in_order`), known / cache_len /
       pending (step.py's names), the width of the step, the plan: the tokens it unmasks at each
-      step that runs a forward, and the key of its noise (its seed's),
+      step that runs a forward, the key of its noise (its seed's) and the noise key of every position's
+      draw, hashed from it once per run (noise.py: `parallel_draw_keys`),
   the step index, and the buffers of the step's counter-based noise (noise.py).
 
 `decode_step` is a pure function of those buffers and of aranges of two sizes: W, the step's width
@@ -39,7 +40,7 @@ from ..model import AOGPT
 from .decoder import CachedDecoder, decode_model
 from .graphs import StepRunner, uses_inductor
 from .masks import FLEX_BLOCK, step_block_mask, visible
-from .noise import PARALLEL_DRAW, NoiseWorkspace, row_keys
+from .noise import NoiseWorkspace, keys_at, parallel_draw_keys
 from .sampling import SamplingParams, sample_tokens
 from .step import draw_slots, forward_slots, step_geometry
 
@@ -126,6 +127,7 @@ class StaticDecoder:
         self.known, self.cache_len, self.pending, self.width = v("known"), v("cache_len"), v("pending"), v("width")
         self.noise_keys, self.step_index = v("noise_keys"), v("step_index")
         self.kv_index = torch.arange(s, device=self.device)
+        self.draw_keys = torch.zeros(b, s, 2, dtype=torch.long, device=self.device)  # per sample and position
         self._aranges: dict[tuple[str, int], torch.Tensor] = {}
         # the noise's fixed buffers for an eager step; inductor fuses the noise into its own loop instead
         self.noise = None if uses_inductor(mode, self.device) else NoiseWorkspace()
@@ -187,6 +189,8 @@ class StaticDecoder:
         self.view("noise_keys", staging).copy_(noise_keys)
         self._flat.copy_(staging, non_blocking=True)
         self._staging_used()
+        if plan is not None:
+            self.draw_keys.copy_(parallel_draw_keys(self.noise_keys, self.slots))
 
     def _staging_free(self) -> torch.Tensor:
         """The pinned staging buffer, once the copy out of it that may still be in flight is done."""
@@ -249,8 +253,7 @@ def decode_step(state: StaticDecoder, q: torch.Tensor, r: torch.Tensor, sampling
     rows, dest = draw_slots(known, state.pending, new, r, q.shape[0] - 1, state.scratch)
     logits = _forward(state, width, q, rows)
     positions = state.order.gather(1, torch.clamp(known[:, None] + r, max=state.scratch))
-    keys = row_keys(state.noise_keys, PARALLEL_DRAW, positions)
-    tokens = sample_tokens(logits, state.vocab_size, sampling, keys, state.noise)
+    tokens = sample_tokens(logits, state.vocab_size, sampling, keys_at(state.draw_keys, positions), state.noise)
     state.in_order.scatter_(1, dest, tokens)
     state.cache_len.copy_(cache_len_after)
     state.pending.copy_(pending_after)
