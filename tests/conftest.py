@@ -57,6 +57,33 @@ def tiny_model(
     return model.eval().requires_grad_(False) if frozen else model
 
 
+# aten ops that launch no kernel (views, metadata); every other op is one kernel on a GPU, eager or replayed
+VIEW_OPS = frozenset(
+    "view _unsafe_view t transpose permute unsqueeze squeeze expand slice select unbind split split_with_sizes "
+    "chunk detach alias as_strided narrow reshape _reshape_alias empty lift_fresh".split()
+)
+
+
+def kernel_ops(fn) -> list[str]:
+    """The aten ops `fn()` runs that launch a kernel, in order (a decode step on a GPU pays per launch)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Record(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.overloadpacket.__name__
+            if name not in VIEW_OPS:
+                self.ops.append(name)
+            return func(*args, **(kwargs or {}))
+
+    with Record() as record:
+        fn()
+    return record.ops
+
+
 # A tiny GPT-2 as transformers makes and saves it (the shapes of model.FLAVORS["gpt2-tiny"] are in
 # GPT2_TINY_FLAVOR, for training from the folder).
 GPT2_TINY = dict(n_layer=2, n_embd=32, n_head=4, n_positions=33, vocab_size=50257)

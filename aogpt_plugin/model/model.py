@@ -173,6 +173,10 @@ class AOGPT(nn.Module):
         if self.final_adaln is not None:
             shift, scale = self.final_adaln(cond).chunk(2, dim=-1)
             h = modulate(h, shift, scale)
+        return self.project(h)
+
+    def project(self, h: torch.Tensor) -> torch.Tensor:
+        """Logits of normed final states: the output Linear, or the token embedding (tied head)."""
         if self.output is None:  # tied head
             return F.linear(h, self.tok_embeddings.weight)
         return self.output(h)

@@ -70,9 +70,10 @@ def flex_attend(
 # buffers, with two inference-only changes, each exact up to float rounding:
 #   - adaLN as a per-target-position table: a slot's shift/scale/gate depend on nothing but its target
 #     position t, Linear(SiLU(E[t])), so they are computed once for every position (max_seq_len x 6d per
-#     block, 226 MB for the small model in float32) and each step gathers one row per slot instead of
-#     running 12 + 1 small Linears that each read their whole weight for a few rows; the decoder then
-#     passes target indices (B, W, 1) as the conditioning instead of SiLU(E[t]) vectors;
+#     block, 226 MB for the small model in float32) and each step gathers its slots' rows of every block's
+#     table at once (one kernel) instead of running 12 + 1 small Linears that each read their whole
+#     weight for a few rows; the decoder then passes target indices (B, W, 1) as the conditioning
+#     instead of SiLU(E[t]) vectors, and the blocks and head apply them as fused formulas (TabledAOGPT);
 #   - every remaining nn.Linear packed for oneDNN when that kernel is chosen. A decode step multiplies
 #     every weight by a handful of rows (1 per sample at T=n, 2b-1 when a step unmasks b tokens). On CPU
 #     in torch 2.13, aten's fp32 addmm picks a poor kernel for 2-16 rows, and oneDNN on a prepacked
@@ -103,43 +104,84 @@ class PackedLinear(nn.Module):
 
 
 # ---- adaLN tables ---------------------------------------------------------------------------
+def modulation_table(adaln: nn.Linear, target_embeddings: nn.Embedding, chunks: int = 1, plus_one: tuple = ()):
+    """adaln(SiLU(target_embeddings)) for every target position, (positions, width). The chunks numbered in
+    `plus_one` (of `chunks` equal ones) hold 1 + their value: scales, as the fused formulas read them
+    (rounded as the model's `1 + scale` rounds them, in the table's dtype)."""
+    with torch.no_grad():
+        table = adaln(F.silu(target_embeddings.weight)).detach()
+        for c in plus_one:
+            table.narrow(-1, c * table.shape[-1] // chunks, table.shape[-1] // chunks).add_(1)
+    return table
+
+
 class ModulationTable(nn.Module):
-    """forward(targets) = adaln(SiLU(target_embeddings[targets])); targets (..., 1) long. The chunks
-    numbered in `plus_one` (of `chunks` equal ones) hold 1 + their value: a block's scales, as FusedBlock
-    reads them (rounded as the block's `1 + scale` rounds them, in the table's dtype)."""
+    """forward(targets) = adaln(SiLU(target_embeddings[targets])); targets (..., 1) long (`modulation_table`)."""
 
     def __init__(self, adaln: nn.Linear, target_embeddings: nn.Embedding, chunks: int = 1, plus_one: tuple = ()):
         super().__init__()
-        with torch.no_grad():
-            self.table = adaln(F.silu(target_embeddings.weight)).detach()
-            for c in plus_one:
-                self.table.narrow(-1, c * self.table.shape[-1] // chunks, self.table.shape[-1] // chunks).add_(1)
+        self.table = modulation_table(adaln, target_embeddings, chunks, plus_one)
 
     def forward(self, targets: torch.Tensor) -> torch.Tensor:
         return F.embedding(targets[..., 0], self.table)
 
 
-class FusedBlock(TransformerBlock):
-    """A decode view's adaLN block: its table holds 1 + scale, and each modulation and each gated residual
-    is one addcmul, 6 kernels fewer per block than TransformerBlock's formulas. A decode step on a GPU is
-    launch-bound (a few microseconds a kernel, docs/benchmarks.md); the values agree up to rounding."""
+class BlockModulation(nn.Module):
+    """Every block's adaLN table in one tensor (layers, positions, 6 dim), each holding shift, 1 + scale and
+    gate per branch (FusedBlock's order): a step gathers its slots' rows for every layer in one kernel, not
+    one per layer. forward(targets (..., 1)) gives each layer's rows (..., 6 dim)."""
 
-    def forward(self, x: torch.Tensor, cond: torch.Tensor | None = None, attend=None) -> torch.Tensor:
-        shift_a, scale1_a, gate_a, shift_f, scale1_f, gate_f = self.adaln(cond).chunk(6, dim=-1)
+    def __init__(self, blocks: list[nn.Module], target_embeddings: nn.Embedding):
+        super().__init__()
+        first = blocks[0].adaln
+        self.table = torch.empty(
+            len(blocks),
+            target_embeddings.num_embeddings,
+            first.out_features,
+            dtype=first.weight.dtype,
+            device=first.weight.device,
+        )
+        for i, block in enumerate(blocks):  # one block's table at a time beside the whole
+            self.table[i] = modulation_table(block.adaln, target_embeddings, chunks=6, plus_one=(1, 4))
+
+    def forward(self, targets: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        rows = self.table.index_select(1, targets.reshape(-1))
+        return rows.view(self.table.shape[0], *targets.shape[:-1], self.table.shape[-1]).unbind(0)
+
+
+class FusedBlock(TransformerBlock):
+    """A decode view's adaLN block, given its modulation rows (`BlockModulation`: shift, 1 + scale, gate per
+    branch): each modulation and each gated residual is one addcmul, 6 kernels fewer per block than
+    TransformerBlock's formulas. A decode step on a GPU is launch-bound (a few microseconds a kernel,
+    docs/benchmarks.md); the values agree up to rounding."""
+
+    def forward(self, x: torch.Tensor, modulation: torch.Tensor, attend=None) -> torch.Tensor:
+        shift_a, scale1_a, gate_a, shift_f, scale1_f, gate_f = modulation.chunk(6, dim=-1)
         x = torch.addcmul(x, gate_a, self.attention(torch.addcmul(shift_a, self.attention_norm(x), scale1_a), attend))
         return torch.addcmul(x, gate_f, self.feed_forward(torch.addcmul(shift_f, self.ffn_norm(x), scale1_f)))
 
 
+class TabledAOGPT(AOGPT):
+    """A decode view of an adaLN AO-GPT: its conditioning is target indices (..., 1), its blocks FusedBlocks
+    fed by one `block_modulation` gather per step, its final table holds 1 + scale (one addcmul)."""
+
+    def head(self, h: torch.Tensor, cond: torch.Tensor | None) -> torch.Tensor:
+        shift, scale1 = self.final_adaln(cond).chunk(2, dim=-1)
+        return self.project(torch.addcmul(shift, self.norm(h), scale1))
+
+
 def tabulate_modulation(model: nn.Module) -> bool:
-    """Replace every adaLN Linear of an AO-GPT (view) by its table and its blocks by FusedBlocks; False if
-    it has no adaLN."""
+    """Make an AO-GPT (view) a TabledAOGPT: its adaLN Linears replaced by tables, its blocks by FusedBlocks;
+    False if it has no adaLN."""
     if getattr(model, "final_adaln", None) is None:
         return False
-    positions = model.target_embeddings
-    for block in model.layers.values():
-        block.adaln = ModulationTable(block.adaln, positions, chunks=6, plus_one=(1, 4))
+    positions, blocks = model.target_embeddings, list(model.layers.values())
+    model.block_modulation = BlockModulation(blocks, positions)
+    for block in blocks:
+        block.adaln = None  # in block_modulation
         block.__class__ = FusedBlock  # the view's copy only; the same parameters
-    model.final_adaln = ModulationTable(model.final_adaln, positions)
+    model.final_adaln = ModulationTable(model.final_adaln, positions, chunks=2, plus_one=(1,))
+    model.__class__ = TabledAOGPT
     return True
 
 
@@ -283,7 +325,9 @@ class CachedDecoder:
         an int first slot shared by all samples), then the queries attend over the first kv_len cache
         slots under `mask` (a bool tensor, a BlockMask, or None = all of them)."""
         cache, flex = self.cache, self.backend == "flex"
-        for i, layer in enumerate(self.model.layers.values()):
+        layers = self.model.layers.values()
+        conditioning = self.model.block_modulation(cond) if self.view.tabled else (cond,) * len(layers)
+        for i, layer in enumerate(layers):
 
             def attend(q, k, v, i=i):
                 if isinstance(slots, int):
@@ -294,7 +338,7 @@ class CachedDecoder:
                     return flex_attend(q, cache.k[i], cache.v[i], mask, self.flex_per_shape)
                 return sdpa_attend(q, cache.k[i][:, :, :kv_len], cache.v[i][:, :, :kv_len], mask)
 
-            h = layer(h, cond, attend=attend)
+            h = layer(h, conditioning[i], attend=attend)
         return h
 
     def logits(self, h: torch.Tensor, cond: torch.Tensor | None, rows: torch.Tensor | None = None) -> torch.Tensor:

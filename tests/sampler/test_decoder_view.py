@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from conftest import needs_onednn, tiny_model
+from conftest import kernel_ops, needs_onednn, tiny_model
 
 from aogpt_plugin.errors import UserError
 from aogpt_plugin.model.args import GPT2_BACKBONE
@@ -18,9 +18,11 @@ from aogpt_plugin.model.model import TransformerBlock
 from aogpt_plugin.sampler import SampleConfig, generate
 from aogpt_plugin.sampler.choices import resolve_linear_kernel
 from aogpt_plugin.sampler.decoder import (
+    BlockModulation,
     FusedBlock,
     ModulationTable,
     PackedLinear,
+    TabledAOGPT,
     build_view,
     decode_model,
     tabulate_modulation,
@@ -160,56 +162,69 @@ def test_table_rows_equal_adaln_of_each_target():
 
 def test_every_adaln_is_tabulated_and_other_conditionings_are_left_alone():
     view = build_view(tiny_model("adaln", preset="sampler"), "aten").model
-    assert all(isinstance(b.adaln, ModulationTable) and type(b) is FusedBlock for b in view.layers.values())
+    assert type(view) is TabledAOGPT and isinstance(view.block_modulation, BlockModulation)
+    assert all(type(b) is FusedBlock and b.adaln is None for b in view.layers.values())
     assert isinstance(view.final_adaln, ModulationTable)
     for conditioning in ("none", "concat"):
         model = tiny_model(conditioning, preset="sampler")
         assert not tabulate_modulation(model)
-        assert model.final_adaln is None
+        assert model.final_adaln is None and type(model) is not TabledAOGPT
 
 
-def _aten_ops(fn) -> list[str]:
-    """The aten ops `fn()` runs, in order (each one kernel launch on a GPU, in eager mode and in a CUDA graph)."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Record(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.ops = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.ops.append(str(func.overloadpacket.__name__))
-            return func(*args, **(kwargs or {}))
-
-    with Record() as record:
-        fn()
-    return record.ops
+def test_one_gather_gives_every_blocks_adaln_with_one_plus_its_scales():
+    """Layer i's rows are block i's adaLN of each target, its two scales (chunks 1 and 4 of 6) plus one, and
+    all layers' rows come from one kernel: a step pays one launch for the conditioning of every block."""
+    model = tiny_model("adaln", seed=2, preset="sampler")
+    view = build_view(model, "aten").model
+    targets = torch.tensor([[0, 5, 39], [7, 7, 1]])
+    rows = view.block_modulation(targets.unsqueeze(-1))
+    one_plus_scales = torch.zeros(6 * model.model_args.dim).view(6, -1)
+    one_plus_scales[[1, 4]] = 1
+    for block, got in zip(model.layers.values(), rows, strict=True):
+        expected = block.adaln(F.silu(model.target_embeddings(targets)))
+        torch.testing.assert_close(got, expected + one_plus_scales.flatten())
+    targets = targets.unsqueeze(-1)
+    assert kernel_ops(lambda: view.block_modulation(targets)) == ["index_select"]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_a_fused_block_is_the_block_in_six_ops_fewer(dtype):
-    """The view's block (table of 1 + scale, addcmul for each modulation and gated residual) gives the
-    training block's output to rounding, with 6 aten ops fewer (4 mul/add of the two modulations, 2 of the
-    gates): the launches a GPU decode step saves per layer."""
+    """The view's block (fed its rows of 1 + scale, addcmul for each modulation and gated residual) gives the
+    training block's output to rounding, with 6 aten ops fewer than the training formulas on a table (4
+    mul/add of the two modulations, 2 of the gates; the row gather counted in both): the launches a GPU
+    decode step saves per layer."""
     model = tiny_model("adaln", seed=4, preset="sampler").to(dtype)
     view = build_view(model, "aten").model
     block, fused = model.layers["1"], view.layers["1"]
     torch.manual_seed(0)
     x = torch.randn(2, 5, model.model_args.dim, dtype=dtype)
-    targets = torch.tensor([[0, 5, 39, 2, 3], [7, 7, 1, 0, 9]])
-    cond = F.silu(model.target_embeddings(targets))
+    targets = torch.tensor([[0, 5, 39, 2, 3], [7, 7, 1, 0, 9]]).unsqueeze(-1)
+    cond = F.silu(model.target_embeddings(targets[..., 0]))
     with torch.no_grad():
         expected = block(x, cond)
-        got = fused(x, targets.unsqueeze(-1))
         tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=3e-2, rtol=2e-2)
-        torch.testing.assert_close(got, expected, **tol)
-        raw = ModulationTable(block.adaln, model.target_embeddings)  # the training formulas on a table
-        training_ops = _aten_ops(lambda: TransformerBlock.forward(fused, x, targets.unsqueeze(-1)))
-        fused.adaln, table = raw, fused.adaln
+        torch.testing.assert_close(fused(x, view.block_modulation(targets)[1]), expected, **tol)
+        fused_ops = kernel_ops(lambda: fused(x, view.block_modulation(targets)[1]))
+        fused.adaln = ModulationTable(block.adaln, model.target_embeddings)  # the training formulas on a table
         try:
-            torch.testing.assert_close(TransformerBlock.forward(fused, x, targets.unsqueeze(-1)), expected)
+            torch.testing.assert_close(TransformerBlock.forward(fused, x, targets), expected)
+            training_ops = kernel_ops(lambda: TransformerBlock.forward(fused, x, targets))
         finally:
-            fused.adaln = table
-        fused_ops = _aten_ops(lambda: fused(x, targets.unsqueeze(-1)))
+            fused.adaln = None
     assert len(fused_ops) == len(training_ops) - 6, (training_ops, fused_ops)
     assert fused_ops.count("addcmul") == 4 and "addcmul" not in training_ops
+
+
+def test_the_views_head_is_the_models_in_two_ops_fewer():
+    """The view's head (final table of 1 + scale, one addcmul) gives the model's logits to rounding."""
+    model = tiny_model("adaln", seed=4, preset="sampler")
+    view = build_view(model, "aten").model
+    torch.manual_seed(0)
+    h = torch.randn(2, 5, model.model_args.dim)
+    targets = torch.tensor([[0, 5, 39, 2, 3], [7, 7, 1, 0, 9]])
+    with torch.no_grad():
+        expected = model.head(h, F.silu(model.target_embeddings(targets)))
+        torch.testing.assert_close(view.head(h, targets.unsqueeze(-1)), expected, atol=1e-5, rtol=1e-5)
+    with torch.inference_mode():  # as the sampler runs it (rms_norm one op, not its decomposition)
+        ops = kernel_ops(lambda: view.head(h, targets.unsqueeze(-1)))
+    assert "addcmul" in ops and "mul" not in ops and "add" not in ops, ops
