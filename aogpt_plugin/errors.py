@@ -135,21 +135,35 @@ def stop_at_once_on_signals() -> dict:
     """SIGTERM (a scheduler's stop) and Ctrl-C raise Interrupted in the main thread, so writers'
     `except BaseException` clean-ups run and the command ends in one line, not a traceback (Ctrl-C)
     or a silent death that leaves temporaries behind (SIGTERM's default). Returns the handlers it
-    replaced (`restore_signals` puts them back); a no-op outside the main thread. A process forked
-    from this one (lm_eval's pool workers) inherits the handler but not the command: there a signal
-    takes its default action, so a pool's normal shutdown (SIGTERM to each worker) stays quiet."""
-    owner = os.getpid()
+    replaced (`restore_signals` puts them back); a no-op outside the main thread.
+
+    A process forked from this one (lm_eval's pool workers) does not run the command: there both
+    signals take their default action from the fork on (`_default_signals_in_child`), so a pool's
+    normal shutdown (SIGTERM to each worker) ends every worker at once and quietly. A Python handler
+    in a worker would race: a SIGTERM that lands just before the worker blocks on its task queue's
+    lock runs no handler, and the pool waits for that worker forever (`aogpt lm-eval` hung so in
+    about one run in ten)."""
 
     def handle(signum, frame):
-        if os.getpid() != owner:
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-            return
         raise Interrupted(signum)
 
+    handle.stops_the_command = True
     if threading.current_thread() is not threading.main_thread():
         return {}
+    if not _child_hook:
+        os.register_at_fork(after_in_child=_default_signals_in_child)
+        _child_hook.append(_default_signals_in_child)
     return {signum: signal.signal(signum, handle) for signum in SIGNAL_NAMES}
+
+
+_child_hook: list = []  # registered once per process (os.register_at_fork has no undo)
+
+
+def _default_signals_in_child() -> None:
+    """In a process just forked: the command's stop handlers give way to the default actions."""
+    for signum in SIGNAL_NAMES:
+        if getattr(signal.getsignal(signum), "stops_the_command", False):
+            signal.signal(signum, signal.SIG_DFL)
 
 
 def restore_signals(previous: dict) -> None:

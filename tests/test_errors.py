@@ -141,6 +141,30 @@ def test_a_forked_worker_ends_quietly_on_sigterm(installed, capfd):
         restore_signals(previous)
 
 
+def _exit_0_if_both_signals_take_their_default_action():
+    sys.exit(0 if all(signal.getsignal(s) == signal.SIG_DFL for s in (signal.SIGINT, signal.SIGTERM)) else 1)
+
+
+def test_a_forked_child_starts_with_the_default_signal_actions():
+    """A forked worker must not run a Python handler for the pool's SIGTERM: one that lands just before the
+    worker blocks on its queue's lock is never handled, and the pool's shutdown waits for it forever (how
+    `aogpt lm-eval` hung in lm_eval's bootstrap). So the child has the default actions from the fork on,
+    while the command keeps its own handlers."""
+    import multiprocessing
+
+    from aogpt_plugin.errors import restore_signals, stop_at_once_on_signals
+
+    previous = stop_at_once_on_signals()
+    try:
+        child = multiprocessing.get_context("fork").Process(target=_exit_0_if_both_signals_take_their_default_action)
+        child.start()
+        child.join(30)
+        assert child.exitcode == 0
+        assert getattr(signal.getsignal(signal.SIGTERM), "stops_the_command", False)
+    finally:
+        restore_signals(previous)
+
+
 def test_check_types_names_the_first_wrong_type_as_the_caller_spells_it():
     import torch
 
