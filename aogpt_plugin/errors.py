@@ -141,8 +141,8 @@ def stop_at_once_on_signals() -> dict:
     signals take their default action from the fork on (`_default_signals_in_child`), so a pool's
     normal shutdown (SIGTERM to each worker) ends every worker at once and quietly. A Python handler
     in a worker would race: a SIGTERM that lands just before the worker blocks on its task queue's
-    lock runs no handler, and the pool waits for that worker forever (`aogpt lm-eval` hung so in
-    about one run in ten)."""
+    lock runs no handler, and the pool waits for that worker forever (`aogpt lm-eval` hung so, now
+    and then)."""
 
     def handle(signum, frame):
         raise Interrupted(signum)
