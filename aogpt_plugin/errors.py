@@ -150,13 +150,7 @@ def stop_at_once_on_signals() -> dict:
     handle.stops_the_command = True
     if threading.current_thread() is not threading.main_thread():
         return {}
-    if not _child_hook:
-        os.register_at_fork(after_in_child=_default_signals_in_child)
-        _child_hook.append(_default_signals_in_child)
     return {signum: signal.signal(signum, handle) for signum in SIGNAL_NAMES}
-
-
-_child_hook: list = []  # registered once per process (os.register_at_fork has no undo)
 
 
 def _default_signals_in_child() -> None:
@@ -164,6 +158,9 @@ def _default_signals_in_child() -> None:
     for signum in SIGNAL_NAMES:
         if getattr(signal.getsignal(signum), "stops_the_command", False):
             signal.signal(signum, signal.SIG_DFL)
+
+
+os.register_at_fork(after_in_child=_default_signals_in_child)  # acts only where our handlers are installed
 
 
 def restore_signals(previous: dict) -> None:
