@@ -121,8 +121,8 @@ def test_a_step_keeps_every_buffer_where_it_was(ao_model):
         assert getattr(state, name).data_ptr() == state.view(name).data_ptr()  # views of the one flat buffer
 
 
-def _kernels_of_a_step(layers: int) -> list[str]:
-    model = tiny_model("adaln", seed=4, preset="sampler", n_layers=layers)
+def _kernels_of_a_step(layers: int, conditioning: str = "adaln") -> list[str]:
+    model = tiny_model(conditioning, seed=4, preset="sampler", n_layers=layers)
     state, plan = _state_and_plan(model, batch=2, steps=N, counts="deterministic")
     for k in range(N // 2):
         _step(state, plan, k)
@@ -145,6 +145,18 @@ def test_a_decode_step_launches_few_kernels_in_and_around_its_layers():
     print(f"kernels of a decode step: {per_layer} a layer, {outside} outside the layers")  # shown with -s
     assert per_layer <= 16 and outside <= 100, (per_layer, outside, two)
     assert sum(op.startswith(("bitwise", "__rshift__", "__and__")) for op in two) <= 10, two
+
+
+def test_adaln_costs_a_decode_step_two_kernels_a_layer_over_ar():
+    """AO(T=n)/AR <= 1.15 (issue 40): `--graphs on` runs AR as this same step on the conditioning-free
+    backbone, so on a launch-bound GPU the ratio is about the ratio of their kernels. AdaLN's modulations
+    and gates may add 2 kernels a layer (4 addcmuls where AR has 2 adds) and nothing outside the layers but
+    the one gather of every block's rows and the head's table."""
+    ao = [len(_kernels_of_a_step(layers)) for layers in (2, 4)]
+    ar = [len(_kernels_of_a_step(layers, "none")) for layers in (2, 4)]
+    (ao_layer, ao_outside), (ar_layer, ar_outside) = [((k4 - k2) // 2, 2 * k2 - k4) for k2, k4 in (ao, ar)]
+    print(f"kernels: AO {ao_layer} a layer + {ao_outside}, AR {ar_layer} + {ar_outside}")  # shown with -s
+    assert ao_layer - ar_layer <= 2 and ao_outside - ar_outside <= 4, (ao, ar)
 
 
 class NoHostReads(TorchDispatchMode):
