@@ -266,17 +266,35 @@ def test_the_compiled_step_writes_the_kv_cache_in_place(ao_model):
     """Inductor's step (what `compile` captures on a GPU; `on` on a CPU) allocates nothing as large as one
     layer's K/V cache: a functionalised write that was not turned back into an in-place one would copy the
     cache every step (on an H200 the compiled step took 9x the eager one's time, 2026-11-27; the cache is one
-    buffer per layer since). The checker itself finds such a copy in a step that clones the cache."""
+    buffer per layer since). The checker finds such copies in the step with that run's cache layout restored
+    (one (layers, ...) buffer, each layer's cache a view of it), and in a step that clones the cache."""
     from torch._inductor.utils import run_and_get_code
 
-    torch._dynamo.reset()
-    config = SampleConfig(length=24, steps=24, num_samples=2, seed=0, graphs="on", backend="sdpa")
-    _, code = run_and_get_code(generate, ao_model, config)
-    state = static_decoder(ao_model, 2, "sdpa", "auto", "on")
+    from aogpt_plugin.sampler.decoder import KVCache
+
+    def compiled_step_code(batch: int) -> str:
+        torch._dynamo.reset()
+        config = SampleConfig(length=24, steps=24, num_samples=batch, seed=0, graphs="on", backend="sdpa")
+        _, code = run_and_get_code(generate, ao_model, config)
+        return "\n".join(code)
+
+    source = compiled_step_code(2)
+    state = static_decoder(ao_model, 2, "sdpa", "aten", "on")  # the one generate ran (a compiled step's Linears)
     layer_cache = state.decoder.cache.k[0].numel()
-    source = "\n".join(code)
     assert "empty_strided" in source  # the parse reads this code's allocations
     assert cache_sized_allocations(source, layer_cache) == []
+
+    def one_buffer_cache(self, n_layers, batch, n_heads, slots, head_dim, dtype, device):
+        self.k, self.v = (torch.zeros(n_layers, batch, n_heads, slots, head_dim, dtype=dtype) for _ in "kv")
+        self.batch_index = torch.arange(batch).unsqueeze(1)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(KVCache, "__init__", one_buffer_cache)
+        one_buffer_source = compiled_step_code(3)  # batch 3: a static decoder of its own, built patched
+    assert static_decoder(ao_model, 2, "sdpa", "aten", "on").decoder.cache.k[0].dim() == 4  # rebuilt unpatched
+    copies = cache_sized_allocations(one_buffer_source, layer_cache // 2 * 3)
+    print(f"cache-sized buffers in inductor's step: {len(copies)} with one (layers, ...) buffer, 0 per layer")
+    assert copies
 
     cache = state.decoder.cache.k[0]
     _, clone_code = run_and_get_code(
