@@ -285,8 +285,9 @@ def test_the_compiled_step_writes_the_kv_cache_in_place(ao_model):
     assert cache_sized_allocations(source, layer_cache) == []
 
     def one_buffer_cache(self, n_layers, batch, n_heads, slots, head_dim, dtype, device):
-        self.k, self.v = (torch.zeros(n_layers, batch, n_heads, slots, head_dim, dtype=dtype) for _ in "kv")
-        self.batch_index = torch.arange(batch).unsqueeze(1)
+        shape = (n_layers, batch, n_heads, slots, head_dim)
+        self.k, self.v = (torch.zeros(shape, dtype=dtype, device=device) for _ in "kv")
+        self.batch_index = torch.arange(batch, device=device).unsqueeze(1)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(KVCache, "__init__", one_buffer_cache)
