@@ -132,10 +132,11 @@ class Interrupted(KeyboardInterrupt):
 
 
 def stop_at_once_on_signals() -> dict:
-    """SIGTERM (a scheduler's stop) and Ctrl-C raise Interrupted in the main thread, so writers'
-    `except BaseException` clean-ups run and the command ends in one line, not a traceback (Ctrl-C)
-    or a silent death that leaves temporaries behind (SIGTERM's default). Returns the handlers it
-    replaced (`restore_signals` puts them back); a no-op outside the main thread.
+    """SIGTERM (a scheduler's stop) and Ctrl-C raise Interrupted in the main thread (once an import
+    under way there is over: `interrupt_unless_importing`), so writers' `except BaseException`
+    clean-ups run and the command ends in one line, not a traceback (Ctrl-C) or a silent death that
+    leaves temporaries behind (SIGTERM's default). Returns the handlers it replaced
+    (`restore_signals` puts them back); a no-op outside the main thread.
 
     A process forked from this one (lm_eval's pool workers) does not run the command: there both
     signals take their default action from the fork on (`_default_signals_in_child`), so a pool's
@@ -145,12 +146,42 @@ def stop_at_once_on_signals() -> dict:
     and then)."""
 
     def handle(signum, frame):
-        raise Interrupted(signum)
+        interrupt_unless_importing(signum, frame, imports_below)
 
     handle.stops_the_command = True
     if threading.current_thread() is not threading.main_thread():
         return {}
+    imports_below = imports_on_stack(sys._getframe())
     return {signum: signal.signal(signum, handle) for signum in SIGNAL_NAMES}
+
+
+RESEND_SECONDS = 0.02  # how soon a signal that came during an import is sent again
+
+
+def interrupt_unless_importing(signum: int, frame, imports_below: int) -> None:
+    """Raise Interrupted(signum) where the main thread is (`frame`), unless it is inside an import the
+    command started (more import frames than `imports_below`, those under the handler's installer).
+    There an exception leaves a module half made, and the stop turns into something else: numpy's
+    `linalg` recursing forever, a class without its fields, torch's c10d start-up calling
+    std::terminate (exit -6), or a library's `except` around an optional import swallowing it so that
+    the command runs to its end. Then the signal is sent again a moment later, to whichever handler
+    is installed by then, until that import is over."""
+    if imports_on_stack(frame) > imports_below:
+        resend = threading.Timer(RESEND_SECONDS, os.kill, (os.getpid(), signum))
+        resend.daemon = True  # a command that ends first is not kept waiting for it
+        resend.start()
+        return
+    raise Interrupted(signum)
+
+
+def imports_on_stack(frame) -> int:
+    """How many of importlib's frames are at or under `frame`: more than an installer saw means an import
+    is under way."""
+    count = 0
+    while frame is not None:
+        count += frame.f_code.co_filename.startswith("<frozen importlib")
+        frame = frame.f_back
+    return count
 
 
 def _default_signals_in_child() -> None:

@@ -141,6 +141,69 @@ def test_a_forked_worker_ends_quietly_on_sigterm(installed, capfd):
         restore_signals(previous)
 
 
+# a module that gets a SIGTERM while it is being imported (the loop lets the handler run inside it)
+SIGNALLED = "import signal\nsignal.raise_signal(signal.SIGTERM)\nfor _ in range(10**5):\n    pass\nfinished = True\n"
+SIGNALLED_IMPORTS = {  # module files; the test imports the first
+    "plain": {"signalled_plain": SIGNALLED},
+    # a library that imports an optional module inside `except BaseException` would swallow the stop
+    "guarded": {
+        "signalled_guarded": "try:\n    import signalled_inner\nexcept BaseException:\n    pass\nfinished = True\n",
+        "signalled_inner": SIGNALLED,
+    },
+}
+
+
+@pytest.mark.parametrize("case", sorted(SIGNALLED_IMPORTS))
+def test_a_signal_during_an_import_stops_the_command_after_the_import(case, tmp_path, monkeypatch):
+    """An exception raised inside an import leaves the module half made (numpy's `linalg` then recursed forever,
+    torch's c10d start-up called std::terminate) or is swallowed by a library's `except` (the command ran to its
+    end, exit 0). So a stop that comes during an import waits for it, then stops the command: the module is whole
+    and the command still gets Interrupted."""
+    import importlib
+    import time
+
+    from aogpt_plugin.errors import restore_signals, stop_at_once_on_signals
+
+    for name, body in SIGNALLED_IMPORTS[case].items():
+        (tmp_path / f"{name}.py").write_text(body)
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = None
+    previous = stop_at_once_on_signals()
+    try:
+        with pytest.raises(Interrupted) as info:
+            module = importlib.import_module(min(SIGNALLED_IMPORTS[case]))
+            time.sleep(5)
+    finally:
+        restore_signals(previous)
+    assert module is not None and module.finished and info.value.signum == signal.SIGTERM
+    for name in SIGNALLED_IMPORTS[case]:
+        sys.modules.pop(name, None)
+
+
+def test_a_command_run_inside_an_import_still_stops_at_once(tmp_path):
+    """Only imports the command started are waited for: a command run from a module being imported (a script
+    imported by another) stops at once, not never."""
+    script = (
+        "import signal, time\n"
+        "from aogpt_plugin.errors import Interrupted, restore_signals, stop_at_once_on_signals\n"
+        "previous = stop_at_once_on_signals()\n"
+        "try:\n"
+        "    signal.raise_signal(signal.SIGTERM)\n"
+        "    time.sleep(5)\n"
+        "    print('not stopped')\n"
+        "except Interrupted:\n"
+        "    print('stopped')\n"
+        "restore_signals(previous)\n"
+    )
+    (tmp_path / "imported_command.py").write_text(script)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    proc = subprocess.run(
+        [sys.executable, "-c", "import imported_command"], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert (proc.returncode, proc.stdout) == (0, "stopped\n"), proc.stderr
+
+
 def _exit_0_if_both_signals_take_their_default_action():
     sys.exit(0 if all(signal.getsignal(s) == signal.SIG_DFL for s in (signal.SIGINT, signal.SIGTERM)) else 1)
 

@@ -16,7 +16,7 @@ import signal
 import sys
 import threading
 
-from ..errors import SIGNAL_NAMES, Interrupted
+from ..errors import SIGNAL_NAMES, imports_on_stack, interrupt_unless_importing
 
 __all__ = ["StopRequest", "StopRequested"]
 
@@ -41,10 +41,12 @@ class StopRequest:
         # the second Ctrl-C, noted where it is taken: raised inside DCP's writer it may surface as an
         # unrelated error ("unexpected pos ...") that no longer carries it (checkpointing.py reads this)
         self.stopped_at_once: int | None = None
+        self._imports_below = 0  # importlib's frames under install(): an import it runs in is not waited for
 
     def install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             return
+        self._imports_below = imports_on_stack(sys._getframe())
         for signum in SIGNAL_NAMES:
             signal.signal(signum, self._handle)
 
@@ -52,7 +54,8 @@ class StopRequest:
         if self.signum is not None:
             if signum == signal.SIGINT:  # the second Ctrl-C: stop now, the last complete checkpoint stays
                 self.stopped_at_once = signum
-                raise Interrupted(signum)
+                interrupt_unless_importing(signum, frame, self._imports_below)
+                return
             return  # e.g. torchrun's SIGTERM after the terminal's SIGINT: already stopping
         self.signum = signum
         if os.environ.get("RANK", "0") != "0":  # every rank gets the signal; rank 0 speaks
