@@ -166,7 +166,6 @@ def test_a_signal_during_an_import_stops_the_command_after_the_import(case, tmp_
 
     for name, body in SIGNALLED_IMPORTS[case].items():
         (tmp_path / f"{name}.py").write_text(body)
-        monkeypatch.delitem(sys.modules, name, raising=False)
     monkeypatch.syspath_prepend(str(tmp_path))
     module = None
     previous = stop_at_once_on_signals()
@@ -176,9 +175,9 @@ def test_a_signal_during_an_import_stops_the_command_after_the_import(case, tmp_
             time.sleep(5)
     finally:
         restore_signals(previous)
+        for name in SIGNALLED_IMPORTS[case]:
+            sys.modules.pop(name, None)
     assert module is not None and module.finished and info.value.signum == signal.SIGTERM
-    for name in SIGNALLED_IMPORTS[case]:
-        sys.modules.pop(name, None)
 
 
 def test_a_command_run_inside_an_import_still_stops_at_once(tmp_path):

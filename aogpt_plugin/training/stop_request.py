@@ -55,8 +55,7 @@ class StopRequest:
             if signum == signal.SIGINT:  # the second Ctrl-C: stop now, the last complete checkpoint stays
                 self.stopped_at_once = signum
                 interrupt_unless_importing(signum, frame, self._imports_below)
-                return
-            return  # e.g. torchrun's SIGTERM after the terminal's SIGINT: already stopping
+            return  # anything else (torchrun's SIGTERM after the terminal's SIGINT): already stopping
         self.signum = signum
         if os.environ.get("RANK", "0") != "0":  # every rank gets the signal; rank 0 speaks
             return
