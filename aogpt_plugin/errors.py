@@ -156,6 +156,7 @@ def stop_at_once_on_signals() -> dict:
 
 
 RESEND_SECONDS = 0.02  # how soon a signal that came during an import is sent again
+_resending: set[int] = set()  # signals with a resend pending: a second one is merged into it, as the kernel does
 
 
 def interrupt_unless_importing(signum: int, frame, imports_below: int) -> None:
@@ -165,13 +166,22 @@ def interrupt_unless_importing(signum: int, frame, imports_below: int) -> None:
     `linalg` recursing forever, a class without its fields, torch's c10d start-up calling
     std::terminate (exit -6), or a library's `except` around an optional import swallowing it so that
     the command runs to its end. Then the signal is sent again a moment later, to whichever handler
-    is installed by then, until that import is over."""
+    is installed by then, until that import is over. The same signal coming again meanwhile is merged
+    into the pending one, so two Ctrl-Cs during an import stop the command once, not a second time
+    inside its clean-up."""
     if imports_on_stack(frame) > imports_below:
-        resend = threading.Timer(RESEND_SECONDS, os.kill, (os.getpid(), signum))
-        resend.daemon = True  # a command that ends first is not kept waiting for it
-        resend.start()
+        if signum not in _resending:
+            _resending.add(signum)
+            resend = threading.Timer(RESEND_SECONDS, _resend, (signum,))
+            resend.daemon = True  # a command that ends first is not kept waiting for it
+            resend.start()
         return
     raise Interrupted(signum)
+
+
+def _resend(signum: int) -> None:
+    _resending.discard(signum)  # first: the signal may land inside the import again and need a new resend
+    os.kill(os.getpid(), signum)
 
 
 def imports_on_stack(frame) -> int:

@@ -180,6 +180,36 @@ def test_a_signal_during_an_import_stops_the_command_after_the_import(case, tmp_
     assert module is not None and module.finished and info.value.signum == signal.SIGTERM
 
 
+def test_the_same_signal_twice_during_an_import_stops_the_command_once(tmp_path, monkeypatch):
+    """Like the kernel's pending signals, a second SIGTERM that comes while the first waits for an import is merged
+    into it: the command is stopped once, and its clean-up after that is not interrupted a second time."""
+    import importlib
+    import time
+
+    from aogpt_plugin.errors import restore_signals, stop_at_once_on_signals
+
+    (tmp_path / "signalled_twice.py").write_text(
+        SIGNALLED.replace("signal.raise_signal(signal.SIGTERM)\n", "signal.raise_signal(signal.SIGTERM)\n" * 2)
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    previous = stop_at_once_on_signals()
+    stops = 0
+    try:
+        try:
+            importlib.import_module("signalled_twice")
+            time.sleep(5)
+        except Interrupted:
+            stops += 1
+        try:  # the clean-up: 0.5 s, many times the resend's delay
+            time.sleep(0.5)
+        except Interrupted:
+            stops += 1
+    finally:
+        restore_signals(previous)
+        sys.modules.pop("signalled_twice", None)
+    assert stops == 1
+
+
 def test_a_command_run_inside_an_import_still_stops_at_once(tmp_path):
     """Only imports the command started are waited for: a command run from a module being imported (a script
     imported by another) stops at once, not never."""
