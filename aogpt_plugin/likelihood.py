@@ -13,34 +13,42 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 
 IGNORE_INDEX = -100
 
 
 LOSS_CHUNK_ROWS = 1024
-"""Rows of logits the training loss turns into float32 at a time: for GPT-2's vocabulary 1024 x 50257 x 4 B
-= 206 MB, where the whole micro-batch of the small recipe (16 x 1024 rows) would be 3.3 GB."""
+"""Rows of logits the eager training loss turns into float32 at a time: for GPT-2's vocabulary 1024 x 50257
+x 4 B = 206 MB, where the whole micro-batch of the small recipe (16 x 1024 rows) would be 3.3 GB. The
+compiled loss holds none (_RealVocabCrossEntropy)."""
 
 
 class _RealVocabCrossEntropy(torch.autograd.Function):
-    """Summed CE over the first `vocab_size` logits of each row, `chunk_rows` rows at a time.
+    """Summed CE over the first `vocab_size` logits of each row, `chunk_rows` rows at a time (eager).
 
     Forward keeps one float32 log-sum-exp per row; backward recomputes each chunk's softmax from the
     saved logits and writes it straight into the gradient (padded columns and ignored rows zero), so
-    neither pass holds more than one chunk of float32 logits besides the logits themselves, and
-    compiled, none: the backward is then written elementwise (a dense one-hot, not a scatter) so that
-    inductor fuses each chunk into one pass; eager, the scatter touches only the label entries."""
+    neither pass holds more than one chunk of float32 logits besides the logits themselves; the scatter
+    touches only the label entries. Compiled, both passes are one expression over all rows (a dense
+    one-hot, the padding by `F.pad`), which inductor fuses into one kernel each that holds no float32
+    logits at all. Chunks there would cost: their slice writes become a chain of `slice_scatter`s that
+    inductor fuses into one kernel evaluating every chunk's branch per element (16 exps per gradient
+    entry at 16 chunks: the heaviest kernel of a `small` training step on an H200, docs/benchmarks.md)."""
 
     @staticmethod
     def forward(ctx, pred: torch.Tensor, labels: torch.Tensor, vocab_size: int, chunk_rows: int) -> torch.Tensor:
         rows, targets = pred.reshape(-1, pred.shape[-1]), labels.reshape(-1)
         keep = targets != IGNORE_INDEX
         index = torch.where(keep, targets, 0).unsqueeze(1)
-        lse = torch.empty(rows.shape[0], dtype=torch.float32, device=rows.device)
-        for start in range(0, rows.shape[0], chunk_rows):
-            lse[start : start + chunk_rows] = torch.logsumexp(
-                rows[start : start + chunk_rows, :vocab_size].float(), dim=-1
-            )
+        if torch.compiler.is_compiling():
+            lse = torch.logsumexp(rows[:, :vocab_size].float(), dim=-1)
+        else:
+            lse = torch.empty(rows.shape[0], dtype=torch.float32, device=rows.device)
+            for start in range(0, rows.shape[0], chunk_rows):
+                lse[start : start + chunk_rows] = torch.logsumexp(
+                    rows[start : start + chunk_rows, :vocab_size].float(), dim=-1
+                )
         picked = rows.gather(1, index).squeeze(1).float()
         ctx.save_for_backward(pred, index, keep, lse)
         ctx.vocab_size, ctx.chunk_rows = vocab_size, chunk_rows
@@ -52,26 +60,23 @@ class _RealVocabCrossEntropy(torch.autograd.Function):
         pred, index, keep, lse = ctx.saved_tensors
         vocab_size, chunk_rows = ctx.vocab_size, ctx.chunk_rows
         rows = pred.reshape(-1, pred.shape[-1])
+        scale = torch.where(keep, grad_loss, 0.0).unsqueeze(1)  # exactly 0 for ignored rows, whatever grad_loss is
+        if torch.compiler.is_compiling():  # elementwise only: one fused pass, logits in, gradient out
+            columns = torch.arange(vocab_size, device=index.device).unsqueeze(0)
+            softmax = torch.sub(rows[:, :vocab_size], lse[:, None]).exp()  # float32 (lse is)
+            real = (softmax - (columns == index).to(softmax.dtype)) * scale
+            grad = F.pad(real, (0, rows.shape[1] - vocab_size)).to(pred.dtype)
+            return grad.view_as(pred), None, None, None
         grad = torch.empty_like(rows)
         grad[:, vocab_size:] = 0
-        scale = torch.where(keep, grad_loss, 0.0).unsqueeze(1)  # exactly 0 for ignored rows, whatever grad_loss is
-        if torch.compiler.is_compiling():
-            columns = torch.arange(vocab_size, device=index.device).unsqueeze(0)
-        else:
-            minus_one = torch.full(
-                index.shape, -1.0, dtype=torch.promote_types(pred.dtype, torch.float32), device=index.device
-            )
+        minus_one = torch.full(
+            index.shape, -1.0, dtype=torch.promote_types(pred.dtype, torch.float32), device=index.device
+        )
         for start in range(0, rows.shape[0], chunk_rows):
             end = start + chunk_rows
             softmax = torch.sub(rows[start:end, :vocab_size], lse[start:end, None]).exp_()  # float32 (lse is)
-            if (
-                torch.compiler.is_compiling()
-            ):  # elementwise only: inductor fuses the chunk into one pass, logits in, gradient out
-                one_hot = (columns == index[start:end]).to(softmax.dtype)
-                grad[start:end, :vocab_size] = softmax.sub_(one_hot).mul_(scale[start:end])
-            else:  # eager: touch the label entries only, and scale straight into the gradient
-                softmax.scatter_add_(1, index[start:end], minus_one[start:end])
-                torch.mul(softmax, scale[start:end], out=grad[start:end, :vocab_size])
+            softmax.scatter_add_(1, index[start:end], minus_one[start:end])  # the label entries only
+            torch.mul(softmax, scale[start:end], out=grad[start:end, :vocab_size])
         return grad.view_as(pred), None, None, None
 
 

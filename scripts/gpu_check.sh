@@ -14,23 +14,26 @@
 # batch 1/8/32), each --json.
 # Without CUDA the same steps run in CPU mode at tiny sizes (debugmodel, the debug recipe): the gpu
 # tests skip. The JSON lines become docs rows with `python scripts/update_benchmarks_doc.py OUTDIR/bench_*.json`.
-# GPU_CHECK_PARTS="tests first_steps bench sampler sampler_compile" (the default: all) runs a subset, e.g. to
+# GPU_CHECK_PARTS="tests first_steps bench sampler sampler_compile flex_decode" (the default: all) runs a subset, e.g. to
 # fit one 10-minute call; parts: tests, train_bench, train_profile, first_steps (the group `training` = these
 # three: at most 9 minutes, `GPU_CHECK_PARTS=training`), `bench` (every bench but the graphed sampler's:
 # train_bench, train_profile and the dynamic sampler's), `sampler` and `sampler_compile`; `train_compile_model`
 # only when named (the small bench with the whole model compiled).
 # GPU_CHECK_TRAIN_FLAVORS="small" limits the training benches to those flavors (default: small medium).
-# The sampler part (at most 7 minutes on one H100, each step under its own timeout): the CUDA tests of
+# The sampler part (at most 8.1 minutes on one H100, each step under its own timeout): the CUDA tests of
 # the graphed static step (tests/gpu/test_graphed_sampler.py), then `aogpt bench sampler --graphs on` for small at
 # n=1024 with batch 1 and 32 (each with --step-profile: the kernels of 8 replayed T=n steps, OUTDIR/step_profile_*.json)
 # and at n=256 with batch 32, then `aogpt bench requests` (256 mixed requests, batches of 1, 8 and 32;
-# OUTDIR/bench_requests.json); sampler_compile (at most 3.5 minutes): `--graphs compile --T n` at n=1024, batch 32,
-# with its --step-profile too:
-#   GPU_CHECK_PARTS="sampler sampler_compile" bash scripts/gpu_check.sh "$OUT"
+# OUTDIR/bench_requests.json); sampler_compile (at most 5 minutes): `--graphs compile --T n` at n=1024, batch 32
+# and batch 1, each with its --step-profile too; flex_decode (at most 2.6 minutes): the decode attention of the
+# T=n step per BlockMask layout and SPLIT_KV (scripts/bench_flex_decode.py) at batch 32 and 1, OUTDIR/flex_decode_b*.json.
+# The sampler parts do not fit one 10-minute call together:
+#   GPU_CHECK_PARTS="sampler_compile flex_decode train_bench train_profile" GPU_CHECK_TRAIN_FLAVORS=small bash scripts/gpu_check.sh "$OUT"
+#   GPU_CHECK_PARTS=sampler bash scripts/gpu_check.sh "$OUT"
 #   python scripts/update_benchmarks_doc.py OUT/bench_graphs_*.json
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PARTS=" ${GPU_CHECK_PARTS:-tests first_steps bench sampler sampler_compile} "
+PARTS=" ${GPU_CHECK_PARTS:-tests first_steps bench sampler sampler_compile flex_decode} "
 want() {  # want PART [GROUP...]: the part, or a group that holds it, was asked for
     local p
     for p in "$@"; do [[ "$PARTS" == *" $p "* ]] && return 0; done
@@ -118,12 +121,13 @@ if [ "$MODE" = gpu ]; then
     want bench && for batch in 1 8 32; do
         step "bench_sampler_b$batch" sh -c "$AOGPT_Q bench sampler --flavor small --n 256 --batch $batch --repeats 3 --json > $OUT/bench_sampler_b$batch.json"
     done
-    # The sampler part: 115+45+150+45+40 s of timeouts (+5 s grace each) = 7.0 minutes at most (on
-    # an H200, 2026-11-27: 85 s of tests, 32 s for batch 1; batch 32 needs about 130 s, 70 of them the encoder);
-    # sampler_compile (inductor's step, compiled for AO, AR and the encoder): 200 s more.
-    want sampler && timed pytest_graphed 115 "$PY" -m pytest -m gpu tests/gpu/test_graphed_sampler.py -q -p no:cacheprovider --junitxml "$OUT/pytest_graphed.xml"
+    # The sampler part: 180+45+150+45+40 s of timeouts (+5 s grace each) = 8.1 minutes at most (on
+    # an H200, 2026-11-28: the tests 46 s with inductor's cache warm, past 115 s cold; 32 s for batch 1,
+    # 131 s for batch 32, 70 of them the encoder); sampler_compile (inductor's step, compiled for AO, AR
+    # and the encoder, 35 s of compiling): 200+100 s more (2026-11-28: 107 s at batch 32), so it is a call of its own.
+    want sampler && timed pytest_graphed 180 "$PY" -m pytest -m gpu tests/gpu/test_graphed_sampler.py -q -p no:cacheprovider --junitxml "$OUT/pytest_graphed.xml"
     for run in "sampler 1024 1 45 on all profile" "sampler 1024 32 150 on all profile" "sampler 256 32 45 on all -" \
-        "sampler_compile 1024 32 200 compile n profile"; do
+        "sampler_compile 1024 32 200 compile n profile" "sampler_compile 1024 1 100 compile n profile"; do
         read -r part n batch seconds graphs tvalues profile <<< "$run"
         name="bench_graphs_${graphs}_n${n}_b${batch}"
         extra=$([ "$profile" = profile ] && echo "--step-profile $OUT/step_profile_${graphs}_n${n}_b${batch}.json")
@@ -132,10 +136,15 @@ if [ "$MODE" = gpu ]; then
     # The CPU row's requests (docs/benchmarks.md) with the static step replayed from CUDA graphs: the tiny model and
     # SDPA, so its shapes (3 batch sizes x the prefill widths) capture without a FlexAttention compile each and the
     # untimed pass and two rounds fit 40 s.
+    for batch_seconds in 32:90 1:60; do
+        batch=${batch_seconds%:*}
+        want flex_decode && timed "flex_decode_b$batch" "${batch_seconds#*:}" sh -c "$PY scripts/bench_flex_decode.py --batch $batch --json > $OUT/flex_decode_b$batch.json"
+    done
     want sampler && timed bench_requests 40 sh -c "$AOGPT_Q bench requests --flavor tiny --requests 256 --n 64 --batch-sizes 1,8,32 --repeats 2 --graphs on --backend sdpa --json > $OUT/bench_requests.json"
 else
     want sampler && step bench_requests sh -c "$AOGPT_Q bench requests --flavor debugmodel --requests 12 --n 16 --batch-sizes 1,4 --repeats 2 --json > $OUT/bench_requests.json"
     want sampler && step bench_graphs_cpu sh -c "$AOGPT_Q bench sampler --flavor debugmodel --n 16 --batch 2 --repeats 1 --graphs static --step-profile $OUT/step_profile_cpu.json --json > $OUT/bench_graphs_static_cpu.json"
+    want flex_decode && step flex_decode_cpu sh -c "$PY scripts/bench_flex_decode.py --batch 2 --heads 2 --slots 65 --filled 30 --splits default,2 --rounds 1 --calls 2 --json > $OUT/flex_decode_cpu.json"
     step bench_sampler_cpu sh -c "$AOGPT_Q bench sampler --flavor debugmodel --n 16 --batch 1 --repeats 2 --json > $OUT/bench_sampler_b1.json"
 fi
 
@@ -172,6 +181,12 @@ for path in sorted(glob.glob(os.path.join(out, "step_profile_*.json"))):
     profile = json.load(open(path))
     keys = ("wall_us_per_step", "busy_us_per_step", "idle_us_per_step", "host_us_per_step", "launches_per_step")
     summary["step_profiles"][os.path.basename(path)[:-5]] = {k: profile[k] for k in keys}
+summary["flex_decode"] = {}  # the decode attention per BlockMask layout and SPLIT_KV (scripts/bench_flex_decode.py)
+for path in sorted(glob.glob(os.path.join(out, "flex_decode_*.json"))):
+    try:
+        summary["flex_decode"][os.path.basename(path)[:-5]] = json.loads(open(path).read().strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        summary["flex_decode"][os.path.basename(path)[:-5]] = None
 summary["ok"] = all(s["rc"] == 0 for s in steps) and all(v is not None for v in summary["benches"].values())
 json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=1)
 print(f"summary: mode {mode}, ok {summary['ok']}, {len(steps)} steps -> {os.path.join(out, 'summary.json')}")

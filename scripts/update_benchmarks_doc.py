@@ -8,7 +8,7 @@ table, a run with static steps (`--graphs on|compile|static`) to the graphed tab
 run to the sampler table; `aogpt bench train` runs go to the training step-time table, `aogpt bench
 train --profile` runs to the step-profile table, `aogpt bench requests` runs to the batched-requests table.
 Each table sits between two HTML-comment markers. Only the text between them is ours: a result
-replaces the row with the same command and device, or is appended; everything outside the markers
+replaces the row of the same date, command and device, or is appended; everything outside the markers
 is kept byte for byte. (The package never writes repository files; this script does.)
 """
 
@@ -318,9 +318,11 @@ def section_of(result: dict) -> tuple[str, str, str, tuple, object]:
     return START, END, INTRO, COLUMNS, format_row
 
 
-def _key(row: str) -> tuple[str, str]:
+def _key(row: str) -> tuple[str, str, str]:
+    """A row's date, command and device: a run replaces its twin of the same day only, so each day's
+    rows stay and a change's gain shows against the earlier ones."""
     cells = [c.strip() for c in row.strip().strip("|").split("|")]
-    return (cells[1], cells[2]) if len(cells) > 2 else ("", "")
+    return (cells[0], cells[1], cells[2]) if len(cells) > 2 else ("", "", "")
 
 
 def render_section(rows: list[str], section=None) -> str:
@@ -331,7 +333,7 @@ def render_section(rows: list[str], section=None) -> str:
 
 
 def update_text(text: str, result: dict) -> str:
-    """`text` with this run's row added to (or replacing its twin in) the marked section."""
+    """`text` with this run's row added to (or replacing its same-day twin in) the marked section."""
     section = section_of(result)
     start_marker, end_marker, *_, formatter = section
     row = formatter(result)

@@ -2,6 +2,7 @@
 the ensemble uses, checked against the model's own forward and a plain loop over positions."""
 
 import math
+from functools import partial
 
 import pytest
 import torch
@@ -271,6 +272,26 @@ def test_compiled_chunked_ce_allocates_no_float32_logits():
         default=0,
     )
     assert buffers and largest_float32 < 64 * CE_VOCAB
+
+
+def test_compiled_ce_computes_each_gradient_entry_once_whatever_the_chunk_rows():
+    """Inductor's code for the loss and its backward is the same at 5 chunks as at one: each logit's
+    exp is computed once. Chunked slice writes became a chain of `slice_scatter`s that inductor fused
+    into one kernel evaluating every chunk's branch per element (5 exps a gradient entry at 5 chunks),
+    the heaviest kernel of a `small` step on an H200 (docs/benchmarks.md)."""
+    from torch._inductor.utils import run_and_get_code
+
+    pred, labels = _ce_batch(torch.float32, seed=6)
+    ref_loss, ref_grad = _loss_and_grad(_unchunked_ce, pred, labels)
+    exps = {}
+    for chunk_rows in (48, 10**6):  # 210 rows: 5 chunks, then one
+        torch._dynamo.reset()
+        compiled = torch.compile(partial(ao_cross_entropy, vocab_size=CE_VOCAB, chunk_rows=chunk_rows))
+        (loss, grad), code = run_and_get_code(_loss_and_grad, compiled, pred, labels)
+        exps[chunk_rows] = [c.count("exp(") for c in code]
+        assert loss.item() == pytest.approx(ref_loss.item(), rel=1e-6)
+        assert ((grad - ref_grad).norm() / ref_grad.norm()).item() <= 1e-6
+    assert exps[48] == exps[10**6] and all(n >= 1 for n in exps[48])
 
 
 def test_chunked_ce_at_the_edges_is_what_cross_entropy_gives():

@@ -159,7 +159,12 @@ def loss_autograd_nodes(events) -> set[tuple[int, int]]:
 
 
 def step_windows(events) -> list[tuple[float, float]]:
-    return sorted((e.time_range.start, e.time_range.end) for e in events if e.name == STEP_RANGE)
+    """The steps' host ranges. On a GPU the profiler mirrors each one on the device timeline under the
+    same name; counting those too made every step two overlapping windows (wall and idle averaged
+    over both, kernels clipped twice)."""
+    return sorted(
+        (e.time_range.start, e.time_range.end) for e in events if e.name == STEP_RANGE and e.device_type.name == "CPU"
+    )
 
 
 def cpu_works(events) -> list[Work]:

@@ -60,8 +60,8 @@ def add_to(subparsers) -> None:
         "--loss-chunk-rows",
         type=int,
         default=None,
-        help="rows of logits the loss upcasts at a time (default: the training loss's, "
-        "likelihood.LOSS_CHUNK_ROWS; 0: the whole batch at once)",
+        help="rows of logits the eager loss upcasts at a time (default: the training loss's, "
+        "likelihood.LOSS_CHUNK_ROWS; 0: the whole batch at once); compiled, the loss has no chunks",
     )
     p.add_argument(
         "--profile",

@@ -73,10 +73,15 @@ def step_block_mask(
     kv_len: int,
     mask_mod,
     block_size: int = FLEX_BLOCK,
+    full_blocks: bool = True,
 ) -> BlockMask:
     """The BlockMask of a step from the per-sample (B,) device tensors, by tensor ops alone (no host
     reads: the static step builds it inside a CUDA graph). Only the kv block lists are built: the
-    forward never reads the q-block lists, whose transposes cost ~1 ms of CPU per step."""
+    forward never reads the q-block lists, whose transposes cost ~1 ms of CPU per step.
+
+    `full_blocks=False` lists every touched block as partial (mask_mod evaluated on all of them): the
+    same attention, and FlexDecoding then splits each row's touched blocks evenly over its SPLIT_KV
+    programs instead of splitting the whole cache (scripts/bench_flex_decode.py measures both)."""
     bs, device = block_size, cache_len.device
     n_q, n_kv = -(-q_len // bs), -(-kv_len // bs)
     c, p, w = (t.view(-1, 1) for t in (cache_len, pending, width))
@@ -91,6 +96,15 @@ def step_block_mask(
     full = torch.where(all_valid, (c + torch.minimum(q_lo, p - 1)) // bs, 0)
     full = torch.minimum(full, touched)
     blocks = torch.arange(n_kv, device=device, dtype=torch.int32)
+    if not full_blocks:
+        return BlockMask.from_kv_blocks(
+            touched.int().unsqueeze(1),
+            blocks.expand(*touched.shape, n_kv).unsqueeze(1).contiguous(),
+            BLOCK_SIZE=bs,
+            mask_mod=mask_mod,
+            seq_lengths=(q_len, kv_len),
+            compute_q_blocks=False,
+        )
     full_idx = blocks.expand(*full.shape, n_kv)
     partial_idx = torch.clamp(full.unsqueeze(-1).int() + blocks, max=n_kv - 1)
     return BlockMask.from_kv_blocks(

@@ -19,6 +19,7 @@ from aogpt_plugin.bench.step_profile import (
     cpu_works,
     device_works,
     profile_steps,
+    step_windows,
     summarise,
 )
 from aogpt_plugin.bench.train_step import Variant
@@ -182,6 +183,26 @@ def test_device_kernels_get_the_ranges_of_the_host_op_that_launched_them(with_ac
         ("triton_poi_f", "loss", 4.0, 6.0),
         ("nvjet_tst_12", "matmul", 6.0, 9.0),
     ]
+
+
+def test_the_steps_windows_are_their_host_ranges_not_their_device_mirrors():
+    """A CUDA profile holds each `aogpt.step` twice: the host range and its mirror on the device
+    timeline (shorter: first kernel to last). Only the host ranges are steps; counting both gave 10
+    windows for 5 steps, each step's wall the mean of the two."""
+
+    def event(start, end, device):
+        return SimpleNamespace(name=STEP_RANGE, time_range=SimpleNamespace(start=start, end=end),
+                               device_type=SimpleNamespace(name=device))  # fmt: skip
+
+    events = [
+        event(0.0, 100.0, "CPU"),
+        event(40.0, 90.0, "CUDA"),
+        event(200.0, 300.0, "CPU"),
+        event(230.0, 290.0, "CUDA"),
+    ]
+    events.append(SimpleNamespace(name="aten::mm", time_range=SimpleNamespace(start=1.0, end=2.0),
+                                  device_type=SimpleNamespace(name="CPU")))  # fmt: skip
+    assert step_windows(events) == [(0.0, 100.0), (200.0, 300.0)]
 
 
 def test_device_works_reads_a_real_profile_without_device_events():

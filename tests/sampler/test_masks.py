@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from aogpt_plugin.sampler.masks import FlexStepMask, dense_mask
+from aogpt_plugin.sampler.masks import FlexStepMask, dense_mask, step_block_mask
 
 
 def materialize(block_mask, q_len: int, kv_len: int) -> torch.Tensor:
@@ -18,7 +18,8 @@ def materialize(block_mask, q_len: int, kv_len: int) -> torch.Tensor:
     for b in range(batch):
         for qb in range(n_q):
             rows = slice(qb * bs_q, (qb + 1) * bs_q)
-            for i in range(int(block_mask.full_kv_num_blocks[b, 0, qb])):
+            full = 0 if block_mask.full_kv_num_blocks is None else int(block_mask.full_kv_num_blocks[b, 0, qb])
+            for i in range(full):
                 kb = int(block_mask.full_kv_indices[b, 0, qb, i])
                 out[b, rows, kb * bs_kv : (kb + 1) * bs_kv] = True
             for i in range(int(block_mask.kv_num_blocks[b, 0, qb])):
@@ -60,6 +61,28 @@ def test_block_mask_equals_dense_mask(q_len, kv_len, block):
     block_mask = FlexStepMask(batch, "cpu", block_size=block)(cache_len, pending, width, q_len, kv_len)
     assert torch.equal(materialize(block_mask, q_len, kv_len), dense)
     assert dense.any(dim=-1).all()  # no empty rows (SDPA would give NaN)
+
+
+@pytest.mark.parametrize("q_len,kv_len,block", [(1, 1025, 128), (5, 24, 128), (131, 389, 128), (37, 101, 16)])
+def test_a_block_mask_without_full_blocks_is_the_same_mask(q_len, kv_len, block):
+    """`full_blocks=False` (every touched block partial) stands for the dense mask too, over the same
+    touched blocks; with full blocks the same steps list some as full (the case that differs)."""
+    g = torch.Generator().manual_seed(q_len + kv_len)
+    batch = 5
+    width = torch.randint(1, q_len + 1, (batch,), generator=g)
+    pending = torch.minimum(torch.randint(1, q_len + 1, (batch,), generator=g), width)
+    cache_len = torch.stack([torch.randint(0, kv_len - int(w) + 1, (1,), generator=g)[0] for w in width])
+    cache_len[0] = kv_len - int(width[0])  # a nearly full cache: full blocks exist
+    step = FlexStepMask(batch, "cpu", block_size=block)
+    step(cache_len, pending, width, q_len, kv_len)  # fills its per-sample tensors
+    args = (step.cache_len, step.pending, step.width, q_len, kv_len, step.mask_mod, block)
+    lean, evened = step_block_mask(*args), step_block_mask(*args, full_blocks=False)
+    dense = dense_mask(cache_len, pending, width, q_len, kv_len)[:, 0]
+    assert torch.equal(materialize(evened, q_len, kv_len), dense)
+    assert evened.full_kv_num_blocks is None
+    assert torch.equal(evened.kv_num_blocks, lean.kv_num_blocks + lean.full_kv_num_blocks)
+    if kv_len >= 4 * block:  # room for whole blocks of shared cache
+        assert int(lean.full_kv_num_blocks.sum()) > 0
 
 
 def test_block_mask_skips_blocks_and_marks_full_ones():

@@ -16,6 +16,7 @@ from aogpt_plugin.sampler.sampling import (
     filtered_scores,
     gumbel_argmax,
     sample_tokens,
+    split_argmax,
     step_counts,
     time_grid,
     top_p_keep,
@@ -47,6 +48,42 @@ def test_gumbel_argmax_rejects_wrong_distribution():  # the test above can fail
     logits = torch.tensor([2.0, 1.0, 0.5, 0.0], dtype=torch.float64)
     draws = gumbel_argmax(logits.expand(60000, -1), keys(60000))
     assert chi_square_p(draws, (logits * 1.1).softmax(-1)) < 1e-3
+
+
+@pytest.mark.parametrize("size", [1, 5, 64, 65, 1000, 50257])
+def test_split_argmax_is_the_first_maximal_index_as_argmax_gives(size):
+    """Many ties (values from a few integers), rows of -inf but one entry or all, a NaN, sizes below,
+    at and past the parts: every row's index is argmax's (the first maximum, NaN maximal)."""
+    g = torch.Generator().manual_seed(size)
+    values = torch.randint(0, 4, (12, size), generator=g).double()
+    values[1] = float("-inf")
+    values[2] = float("-inf")
+    values[2, size // 2] = 1.0
+    values[3, size - 1] = 9.0  # the last entry, in the padded slice
+    values[4, size // 3] = float("nan")
+    values[5, size // 3 :] = 3.0
+    for parts in (1, 7, 64):
+        assert torch.equal(split_argmax(values, parts), values.argmax(dim=-1)), parts
+    assert torch.equal(split_argmax(values[0]), values[0].argmax())  # one row, no batch dimension
+    torch._dynamo.reset()
+    assert torch.equal(torch.compile(split_argmax, fullgraph=True)(values), values.argmax(dim=-1))
+
+
+def test_split_argmax_differs_from_a_last_maximum_rule():  # the test above can fail
+    values = torch.tensor([[1.0, 3.0, 3.0, 0.0, 3.0]], dtype=torch.float64)
+    last = values.shape[-1] - 1 - values.flip(-1).argmax(dim=-1)
+    assert split_argmax(values, parts=2).item() == 1 and last.item() == 4
+
+
+def test_the_compiled_draw_is_the_eager_draw():
+    """The static step compiles `gumbel_argmax`, which then takes its argmax in two reductions: the
+    same tokens as eager on every row (near-ties included: scores from a few levels)."""
+    g = torch.Generator().manual_seed(11)
+    scores = torch.randint(0, 3, (64, 1000), generator=g).double() * 0.5
+    scores[:, 900:] = float("-inf")
+    torch._dynamo.reset()
+    compiled = torch.compile(gumbel_argmax, fullgraph=True)
+    assert torch.equal(compiled(scores, keys(64)), gumbel_argmax(scores, keys(64)))
 
 
 def test_temperature_scales_logits():

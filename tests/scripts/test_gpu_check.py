@@ -21,7 +21,7 @@ def test_cpu_mode_runs_every_step_and_writes_a_summary(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["mode"] == "cpu" and summary["ok"] is True
     training = {"bench_train_debugmodel", "bench_train_profile_debugmodel", "first_steps_aogpt_debug"}
-    steps = {"pytest_gpu", "bench_sampler_cpu", "bench_graphs_cpu", "bench_requests", *training}
+    steps = {"pytest_gpu", "bench_sampler_cpu", "bench_graphs_cpu", "bench_requests", "flex_decode_cpu", *training}
     assert {s["step"] for s in summary["steps"]} >= steps
     assert summary["pytest_gpu"]["skipped"] == summary["pytest_gpu"]["tests"] > 0  # every CUDA test skips here
     assert summary["benches"]["bench_train_debugmodel"]["mfu"] is None
@@ -33,6 +33,8 @@ def test_cpu_mode_runs_every_step_and_writes_a_summary(tmp_path):
     assert summary["benches"]["bench_graphs_static_cpu"]["graphs"] == "static"
     requests = summary["benches"]["bench_requests"]  # mixed requests at batch 1 and 4: the same tokens
     assert requests["requests"] == 12 and requests["same_tokens_at_every_batch_size"] is True
+    layouts = [v["layout"] for v in summary["flex_decode"]["flex_decode_cpu"]["variants"]]
+    assert layouts == ["full", "full", "partial", "partial"]  # scripts/bench_flex_decode.py, both layouts
     profiled = summary["step_profiles"]["step_profile_cpu"]  # the static step's kernels (--step-profile)
     assert profiled["launches_per_step"] > 0 and profiled["busy_us_per_step"] > 0
     log = (tmp_path / "gpu_check.log").read_text()

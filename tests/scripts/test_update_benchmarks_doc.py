@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import sys
 
 import pytest
@@ -41,6 +42,9 @@ def test_section_created_then_rows_replaced_or_appended():
     other = update_text(again, {**RESULT, "device": "NVIDIA H100"})  # another device: appended
     assert other.count("--flavor tiny --n 64") == 2
     assert other.startswith(before) and other.endswith(after)
+    today = datetime.date.today().isoformat()
+    earlier = other.replace(f"| {today} |", "| 2026-01-02 |")  # the same run, measured on another day: kept
+    assert update_text(earlier, RESULT).count("--flavor tiny --n 64") == 3
 
 
 def test_ratio_cells_show_the_range_of_several_rounds():
