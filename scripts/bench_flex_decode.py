@@ -22,7 +22,7 @@ two device syncs); a variant's microseconds per call are the median over rounds 
 ratio to the first variant is the median of the per-round ratios [min, max], after an untimed round
 of the same calls. Each variant's output is
 checked against the first's (max |difference|, printed): a layout or split changes no result beyond
-rounding.
+rounding. A variant that fails to compile or run is a row with its error, the others are still timed.
 """
 
 from __future__ import annotations
@@ -71,9 +71,16 @@ def bench(args, device: torch.device, dtype: torch.dtype) -> dict:
     shape = (args.batch, args.heads, args.slots, args.head_dim)
     q = torch.randn(args.batch, args.heads, 1, args.head_dim, generator=g).to(device, dtype)
     k, v = (torch.randn(*shape, generator=g).to(device, dtype) for _ in "kv")
-    runs = {(layout, split): attend_fn(device, layout, split, args.batch, args.slots, args.filled)
-            for layout, split in variants(args.layouts, args.splits)}  # fmt: skip
-    outputs = {key: run(q, k, v) for key, run in runs.items()}  # compiles every variant
+    runs, outputs, failed = {}, {}, {}
+    for key in variants(args.layouts, args.splits):  # compiles every variant; one that fails is reported
+        try:
+            run = attend_fn(device, *key, args.batch, args.slots, args.filled)
+            outputs[key] = run(q, k, v)
+            runs[key] = run
+        except Exception as error:  # noqa: BLE001 -- a kernel option this torch rejects costs one row, not the run
+            failed[key] = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0][:200]}"
+    if not runs:
+        raise SystemExit(f"error: no variant ran; the first failed with {next(iter(failed.values()))}")
     first = next(iter(runs))
     diffs = {key: float((out.float() - outputs[first].float()).abs().max()) for key, out in outputs.items()}
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -98,6 +105,7 @@ def bench(args, device: torch.device, dtype: torch.dtype) -> dict:
             "us_range": [round(min(us), 2), round(max(us), 2)], "vs_first": round(statistics.median(ratios), 3),
             "vs_first_range": [round(min(ratios), 3), round(max(ratios), 3)], "max_abs_diff": diffs[key],
         })  # fmt: skip
+    rows += [{"layout": key[0], "split": key[1], "error": message} for key, message in failed.items()]
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     command = "python scripts/bench_flex_decode.py " + " ".join(sys.argv[1:])
     return {"command": command.strip(), "device": name, "dtype": str(dtype).removeprefix("torch."),
@@ -152,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("| layout | SPLIT_KV | us per call [min, max] | vs first [min, max] | max abs diff |\n|---|---|---|---|---|")
     for r in result["variants"]:
+        if "error" in r:
+            print(f"| {r['layout']} | {r['split']} | failed: {r['error']} | | |")
+            continue
         lo, hi = r["us_range"]
         rlo, rhi = r["vs_first_range"]
         print(

@@ -24,8 +24,8 @@
 # the graphed static step (tests/gpu/test_graphed_sampler.py), then `aogpt bench sampler --graphs on` for small at
 # n=1024 with batch 1 and 32 (each with --step-profile: the kernels of 8 replayed T=n steps, OUTDIR/step_profile_*.json)
 # and at n=256 with batch 32, then `aogpt bench requests` (256 mixed requests, batches of 1, 8 and 32;
-# OUTDIR/bench_requests.json); sampler_compile (at most 5 minutes): `--graphs compile --T n` at n=1024, batch 32
-# and batch 1, each with its --step-profile too; flex_decode (at most 2.6 minutes): the decode attention of the
+# OUTDIR/bench_requests.json); sampler_compile (at most 6.8 minutes): `--graphs compile` at n=1024, batch 32 (T=n)
+# and batch 1 (T=n, n/4, n/16: AR/AO(T=n/4) compiled), each with its --step-profile too; flex_decode (at most 2.6 minutes): the decode attention of the
 # T=n step per BlockMask layout and SPLIT_KV (scripts/bench_flex_decode.py) at batch 32 and 1, OUTDIR/flex_decode_b*.json.
 # The sampler parts do not fit one 10-minute call together:
 #   GPU_CHECK_PARTS="sampler_compile flex_decode train_bench train_profile" GPU_CHECK_TRAIN_FLAVORS=small bash scripts/gpu_check.sh "$OUT"
@@ -124,10 +124,10 @@ if [ "$MODE" = gpu ]; then
     # The sampler part: 180+45+150+45+40 s of timeouts (+5 s grace each) = 8.1 minutes at most (on
     # an H200, 2026-11-28: the tests 46 s with inductor's cache warm, past 115 s cold; 32 s for batch 1,
     # 131 s for batch 32, 70 of them the encoder); sampler_compile (inductor's step, compiled for AO, AR
-    # and the encoder, 35 s of compiling): 200+100 s more (2026-11-28: 107 s at batch 32), so it is a call of its own.
+    # and the encoder, 35 s of compiling): 200+200 s more (2026-11-28: 107 s at batch 32 for T=n), so it is a call of its own.
     want sampler && timed pytest_graphed 180 "$PY" -m pytest -m gpu tests/gpu/test_graphed_sampler.py -q -p no:cacheprovider --junitxml "$OUT/pytest_graphed.xml"
     for run in "sampler 1024 1 45 on all profile" "sampler 1024 32 150 on all profile" "sampler 256 32 45 on all -" \
-        "sampler_compile 1024 32 200 compile n profile" "sampler_compile 1024 1 100 compile n profile"; do
+        "sampler_compile 1024 32 200 compile n profile" "sampler_compile 1024 1 200 compile all profile"; do
         read -r part n batch seconds graphs tvalues profile <<< "$run"
         name="bench_graphs_${graphs}_n${n}_b${batch}"
         extra=$([ "$profile" = profile ] && echo "--step-profile $OUT/step_profile_${graphs}_n${n}_b${batch}.json")

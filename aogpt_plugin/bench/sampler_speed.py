@@ -153,6 +153,7 @@ def run_bench(
     weights) replaces the flavor's random AO and AR models and drops the encoder. `profile_steps` > 0 (a
     static graphs mode) adds "step_profile": that many AO decode steps at T=n profiled (decode_profile.py)."""
     from ..sampler.generation import SampleConfig, generate, speculative_generate
+    from ..sampler.graphs import STEADY_CALL
     from .baselines import ar_generate, build_decoder, build_encoder_mdm, encoder_generate
 
     graphs, backend, linears = choices.graphs, choices.backend, choices.linears
@@ -183,20 +184,25 @@ def run_bench(
     if enc is not None:
         variants.update({f"encoder {t}": lambda t=t: enc_run(t) for t in steps})
 
+    warm_runs = STEADY_CALL if graphs in ("on", "compile") else 1  # `static` runs every call eagerly
     _log(f"bench sampler: {flavor} n={n} batch={batch} on {device_name(device)}, graphs {graphs}; warm-up")
     if graphs == "off":
         ao_run(steps[-1])
         ao_run(steps[0])
         if enc is not None:
             encoder_generate(enc, n, min(2, n), batch, seed=1, choices=choices)
-    else:  # every step shape of every variant compiled and captured before the timed rounds
+    else:  # every step shape of every variant compiled and captured before the timed rounds: a shape that
+        # comes once a generation (the first step of T < n) reaches its replay at its STEADY_CALL-th run
         for t in steps:
-            ao_run(t)
+            for _ in range(warm_runs):
+                ao_run(t)
             if enc is not None:
-                enc_run(t)
-    if speculative is not None:
-        spec_run()
-    ar_run()
+                for _ in range(warm_runs if t < STEADY_CALL else 1):  # T calls of one shape a generation
+                    enc_run(t)
+    for _ in range(warm_runs):
+        if speculative is not None:
+            spec_run()
+        ar_run()
     synchronize(device)
     rounds, forwards = [], {}
     for i in range(repeats):

@@ -49,6 +49,9 @@ def raise_compile_limits() -> None:
     config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, 4 * RECOMPILE_LIMIT)
 
 
+STEADY_CALL = 3  # a key's first call runs eagerly, its second compiles (inductor), its third captures (CUDA)
+
+
 def _addresses(args) -> tuple:
     return tuple(a.data_ptr() for a in args if isinstance(a, torch.Tensor))
 

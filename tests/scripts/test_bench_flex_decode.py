@@ -30,6 +30,26 @@ def test_every_variant_is_timed_against_the_first_with_its_output():
     assert result["command"].startswith("python scripts/bench_flex_decode.py --batch 2")
 
 
+def test_a_variant_that_fails_is_a_row_with_its_error_and_the_rest_are_timed(monkeypatch, capsys):
+    """A SPLIT_KV the GPU's torch rejects must not cost the other rows of a scarce GPU run."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    import bench_flex_decode
+
+    real = bench_flex_decode.attend_fn
+
+    def attend_fn(device, layout, split, *args):
+        if split == "2":
+            raise ValueError("SPLIT_KV=2 is not supported\nsecond line")
+        return real(device, layout, split, *args)
+
+    monkeypatch.setattr(bench_flex_decode, "attend_fn", attend_fn)
+    tiny = ["--batch", "2", "--heads", "2", "--slots", "65", "--filled", "30", "--rounds", "1", "--calls", "1"]
+    assert bench_flex_decode.main([*tiny, "--layouts", "partial", "--splits", "2,default"]) == 0
+    out = capsys.readouterr().out
+    assert "| partial | 2 | failed: ValueError: SPLIT_KV=2 is not supported | | |" in out
+    assert "| partial | default | " in out and "1.000 [1.000, 1.000]" in out
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
