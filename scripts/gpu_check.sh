@@ -25,7 +25,7 @@
 # n=1024 with batch 1 and 32 (each with --step-profile: the kernels of 8 replayed T=n steps, OUTDIR/step_profile_*.json)
 # and at n=256 with batch 32, then `aogpt bench requests` (256 mixed requests, batches of 1, 8 and 32;
 # OUTDIR/bench_requests.json); sampler_compile (at most 6.8 minutes): `--graphs compile` at n=1024, batch 32 (T=n)
-# and batch 1 (T=n, n/4, n/16: AR/AO(T=n/4) compiled), each with its --step-profile too; flex_decode (at most 2.6 minutes): the decode attention of the
+# and batch 1 (T=n, n/4, n/16: AR/AO(T=n/4) compiled), each with its --step-profile too; flex_decode (at most 3.1 minutes): the decode attention of the
 # T=n step per BlockMask layout and SPLIT_KV (scripts/bench_flex_decode.py) at batch 32 and 1, OUTDIR/flex_decode_b*.json.
 # The sampler parts do not fit one 10-minute call together:
 #   GPU_CHECK_PARTS="sampler_compile flex_decode train_bench train_profile" GPU_CHECK_TRAIN_FLAVORS=small bash scripts/gpu_check.sh "$OUT"
@@ -136,7 +136,7 @@ if [ "$MODE" = gpu ]; then
     # The CPU row's requests (docs/benchmarks.md) with the static step replayed from CUDA graphs: the tiny model and
     # SDPA, so its shapes (3 batch sizes x the prefill widths) capture without a FlexAttention compile each and the
     # untimed pass and two rounds fit 40 s.
-    for batch_seconds in 32:90 1:60; do
+    for batch_seconds in 32:90 1:90; do
         batch=${batch_seconds%:*}
         want flex_decode && timed "flex_decode_b$batch" "${batch_seconds#*:}" sh -c "$PY scripts/bench_flex_decode.py --batch $batch --json > $OUT/flex_decode_b$batch.json"
     done
