@@ -170,23 +170,21 @@ for line in open(os.path.join(out, "gpu_check.log"), errors="replace"):
                      "tps": int(m[4].replace(",", "")), "mfu_percent": m[5] and float(m[5])})
 summary["first_steps_small" if mode == "gpu" else "first_steps_debug"] = rows
 summary["graph_break_log_lines"] = graph_breaks  # TORCH_LOGS=graph_breaks during the training part
-summary["benches"] = {}
-for path in sorted(glob.glob(os.path.join(out, "bench_*.json"))):
-    try:
-        summary["benches"][os.path.basename(path)[:-5]] = json.loads(open(path).read().strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        summary["benches"][os.path.basename(path)[:-5]] = None
+def last_json_lines(pattern):  # {file name: its last line as JSON, or None when it holds none}
+    results = {}
+    for path in sorted(glob.glob(os.path.join(out, pattern))):
+        try:
+            results[os.path.basename(path)[:-5]] = json.loads(open(path).read().strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            results[os.path.basename(path)[:-5]] = None
+    return results
+summary["benches"] = last_json_lines("bench_*.json")
 summary["step_profiles"] = {}  # the kernels of the sampler's replayed steps, per step (bench/decode_profile.py)
 for path in sorted(glob.glob(os.path.join(out, "step_profile_*.json"))):
     profile = json.load(open(path))
     keys = ("wall_us_per_step", "busy_us_per_step", "idle_us_per_step", "host_us_per_step", "launches_per_step")
     summary["step_profiles"][os.path.basename(path)[:-5]] = {k: profile[k] for k in keys}
-summary["flex_decode"] = {}  # the decode attention per BlockMask layout and SPLIT_KV (scripts/bench_flex_decode.py)
-for path in sorted(glob.glob(os.path.join(out, "flex_decode_*.json"))):
-    try:
-        summary["flex_decode"][os.path.basename(path)[:-5]] = json.loads(open(path).read().strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        summary["flex_decode"][os.path.basename(path)[:-5]] = None
+summary["flex_decode"] = last_json_lines("flex_decode_*.json")  # per BlockMask layout and SPLIT_KV
 summary["ok"] = all(s["rc"] == 0 for s in steps) and all(v is not None for v in summary["benches"].values())
 json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=1)
 print(f"summary: mode {mode}, ok {summary['ok']}, {len(steps)} steps -> {os.path.join(out, 'summary.json')}")

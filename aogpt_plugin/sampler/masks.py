@@ -92,26 +92,20 @@ def step_block_mask(
     # rows of a q block reach at most kv = cache_len + (last valid q); padding rows reach kv 0
     last_kv = torch.where(any_valid, c + torch.minimum(q_hi, w - 1), 0)
     touched = torch.clamp(last_kv // bs + 1, max=n_kv)
-    # a kv block is full when every row of the q block sees all of it through the shared part
-    full = torch.where(all_valid, (c + torch.minimum(q_lo, p - 1)) // bs, 0)
-    full = torch.minimum(full, touched)
     blocks = torch.arange(n_kv, device=device, dtype=torch.int32)
-    if not full_blocks:
-        return BlockMask.from_kv_blocks(
-            touched.int().unsqueeze(1),
-            blocks.expand(*touched.shape, n_kv).unsqueeze(1).contiguous(),
-            BLOCK_SIZE=bs,
-            mask_mod=mask_mod,
-            seq_lengths=(q_len, kv_len),
-            compute_q_blocks=False,
-        )
-    full_idx = blocks.expand(*full.shape, n_kv)
-    partial_idx = torch.clamp(full.unsqueeze(-1).int() + blocks, max=n_kv - 1)
+    every = blocks.expand(*touched.shape, n_kv)  # each row's block list, from block 0
+    if full_blocks:
+        # a kv block is full when every row of the q block sees all of it through the shared part
+        full = torch.minimum(torch.where(all_valid, (c + torch.minimum(q_lo, p - 1)) // bs, 0), touched)
+        partial, partial_idx = touched - full, torch.clamp(full.unsqueeze(-1).int() + blocks, max=n_kv - 1)
+        full_num, full_idx = full.int().unsqueeze(1), every.unsqueeze(1).contiguous()
+    else:
+        partial, partial_idx, full_num, full_idx = touched, every, None, None
     return BlockMask.from_kv_blocks(
-        (touched - full).int().unsqueeze(1),
+        partial.int().unsqueeze(1),
         partial_idx.unsqueeze(1).contiguous(),
-        full.int().unsqueeze(1),
-        full_idx.unsqueeze(1).contiguous(),
+        full_num,
+        full_idx,
         BLOCK_SIZE=bs,
         mask_mod=mask_mod,
         seq_lengths=(q_len, kv_len),
