@@ -28,6 +28,23 @@ def median_and_range(values: list[float], digits: int = 3) -> tuple[float, list[
     return round(statistics.median(values), digits), [round(min(values), digits), round(max(values), digits)]
 
 
+# inductor's environment settings that change which kernels a compiled step runs (not where it caches them)
+KERNEL_CHOICE_ENV = (
+    "TORCHINDUCTOR_MAX_AUTOTUNE",
+    "TORCHINDUCTOR_MAX_AUTOTUNE_GEMM",
+    "TORCHINDUCTOR_MAX_AUTOTUNE_POINTWISE",
+    "TORCHINDUCTOR_COORDINATE_DESCENT_TUNING",
+)
+
+
+def command_environment() -> str:
+    """The kernel-choosing settings set in the environment, as a command's prefix ("" when none): a row
+    measured with `TORCHINDUCTOR_MAX_AUTOTUNE=1` names it, and is not its plain twin."""
+    import os
+
+    return "".join(f"{name}={os.environ[name]} " for name in KERNEL_CHOICE_ENV if os.environ.get(name))
+
+
 def add_to(subparsers) -> None:
     p = subparsers.add_parser("bench", help="measure training step time (AO vs AR), sampler speed, or batched requests")
     sub = p.add_subparsers(dest="bench_command", required=True, metavar="{train,sampler,requests}")

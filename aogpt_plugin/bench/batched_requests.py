@@ -25,7 +25,7 @@ from ..devices import device_name, resolve_device, resolve_dtype
 from ..errors import UserError
 from ..model import FLAVORS
 from ..sampler.options import BACKENDS, add_graphs_arg
-from . import median_and_range
+from . import command_environment, median_and_range
 
 
 def add_to(subparsers) -> None:
@@ -186,7 +186,7 @@ def run(args) -> int:
         if value != default:
             argv.append(f"{flag} {value}")
     result.update(
-        command="aogpt bench requests " + " ".join(argv + (["--json"] if args.json else [])),
+        command=command_environment() + "aogpt bench requests " + " ".join(argv + (["--json"] if args.json else [])),
         model=what,
         n=args.n,
         device=device_name(device),

@@ -5,12 +5,11 @@ Why: a bench row says how long a generation took; when it falls short of its goa
 without another GPU run: how many kernels a step launches, which ones take the time, and how much
 of a step's wall time the device sits idle (the launch gap a CUDA graph should close).
 
-The profiled steps are steps `first` .. `first + count - 1` of a real `generate` run (the middle of
-it by default, so the cache is half full): torch.profiler starts after step `first - 1` returns and
-stops after step `first + count - 1` and a device synchronisation, so the window holds exactly
-`count` steps and each one's noise draw (which runs outside the graph). Every figure is per step:
-device kernels and copies on a GPU (their union is busy time, the rest of the window idle), each
-operator's self time on a CPU.
+The profiled steps are forwards `first` .. `first + count - 1` of a real `generate` run at the config's
+T (the middle of it, so the cache is half full): torch.profiler starts after forward `first - 1`
+returns and stops after forward `first + count - 1` and a device synchronisation, so the window holds
+exactly `count` replayed steps. Every figure is per step: device kernels and copies on a GPU (their
+union is busy time, the rest of the window idle), each operator's self time on a CPU.
 """
 
 from __future__ import annotations
@@ -24,7 +23,8 @@ from .step_profile import STEP_RANGE, cpu_works, device_works, step_windows, uni
 
 def profile_decode_steps(model, config, choices, count: int = 8) -> dict:
     """Profile `count` decode steps from the middle of `generate(model, config)` with `choices` (resolved;
-    a static graphs mode, its shapes already warm: the bench's rounds ran them) and summarise them per kernel."""
+    a static graphs mode, its shapes already warm: the bench's rounds ran them) and summarise them per kernel.
+    The run needs at least two forwards (a step before the window)."""
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -33,9 +33,11 @@ def profile_decode_steps(model, config, choices, count: int = 8) -> dict:
 
     device = model.tok_embeddings.weight.device
     state = static_decoder(model, config.num_samples, choices.backend, choices.linears, choices.graphs)
-    planned = config.steps  # T=n with every step drawing: one forward per step
-    count = max(1, min(count, planned - 1))
-    first = max(1, (planned - count) // 2)
+    forwards = generate(model, config, choices=choices).forward_passes  # seeded: the profiled run's too
+    if forwards < 2:
+        raise ValueError(f"a step profile needs two forwards or more; T={config.steps} runs {forwards}")
+    count = max(1, min(count, forwards - 1))
+    first = max(1, (forwards - count) // 2)
     on_device = device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_device else [])
     prof = profile(activities=activities)
@@ -70,6 +72,7 @@ def profile_decode_steps(model, config, choices, count: int = 8) -> dict:
         works = cpu_works(events)
     summary = summarise_kernels(works, step_windows(events), count, device_timeline=on_device)
     summary.update(
+        T=config.steps,
         first_step=first,
         host_us_per_step=round(window["host_us"] / count, 2),
         device=torch.cuda.get_device_name(device) if on_device else "cpu",
@@ -122,7 +125,8 @@ def summarise_kernels(works, windows, steps: int, device_timeline: bool) -> dict
 def format_kernels(summary: dict, top: int = 25) -> list[str]:
     """The profile as text: the per-step totals, then the heaviest `top` kernels."""
     lines = [
-        f"{summary['timeline']} of {summary['steps']} steps from step {summary['first_step']} on {summary['device']}: "
+        f"{summary['timeline']} of {summary['steps']} steps from step {summary['first_step']} at T={summary['T']} "
+        f"on {summary['device']}: "
         f"per step wall {summary['wall_us_per_step']:.1f} us, busy {summary['busy_us_per_step']:.1f} us, "
         f"idle {summary['idle_us_per_step']:.1f} us, host enqueue {summary['host_us_per_step']:.1f} us, "
         f"{summary['launches_per_step']:g} launches",

@@ -30,7 +30,7 @@ from ..devices import add_verify_arg, device_name, resolve_device, resolve_dtype
 from ..errors import UserError
 from ..model import FLAVORS
 from ..sampler.options import BACKENDS, LINEAR_KERNELS, add_graphs_arg
-from . import median_and_range
+from . import command_environment, median_and_range
 
 if TYPE_CHECKING:  # the models and samplers load when a benchmark runs, not for `--help`
     from ..model import AOGPT
@@ -60,9 +60,9 @@ def add_to(subparsers) -> None:
         "--step-profile",
         default=None,
         metavar="FILE",
-        help="also profile AO decode steps at T=n from the middle of a generation (with --graphs on|compile|static: "
-        "replayed as the timed runs replay them) and write their kernels, launches and microseconds per step to "
-        "FILE (JSON; bench/decode_profile.py)",
+        help="also profile AO decode steps from the middle of a generation at each timed T (of two forwards or "
+        "more; with --graphs on|compile|static: replayed as the timed runs replay them) and write their kernels, "
+        "launches and microseconds per step to FILE (JSON, by T; bench/decode_profile.py)",
     )
     add_verify_arg(p)
     p.add_argument(
@@ -151,7 +151,7 @@ def run_bench(
     (sampler/choices.py) and applied to all three alike: with graphs on, AR decoding is the AO sampler's
     static step at T=n with the identity order on the conditioning-free backbone. `model` (trained
     weights) replaces the flavor's random AO and AR models and drops the encoder. `profile_steps` > 0 (a
-    static graphs mode) adds "step_profile": that many AO decode steps at T=n profiled (decode_profile.py)."""
+    static graphs mode) adds "step_profile": that many AO decode steps profiled at each T (decode_profile.py)."""
     from ..sampler.generation import SampleConfig, generate, speculative_generate
     from ..sampler.graphs import STEADY_CALL
     from .baselines import ar_generate, build_decoder, build_encoder_mdm, encoder_generate
@@ -215,11 +215,14 @@ def run_bench(
     summary = summarize(rounds, n)
     med = summary["median_seconds"]
     profiled = {}
-    if profile_steps:
+    if profile_steps:  # every timed T of two forwards or more: T=n/4's step against T=n's says why AR / AO(n/4) < 4
         from .decode_profile import profile_decode_steps
 
-        _log(f"  profiling {profile_steps} AO decode steps at T={n}")
-        profiled["step_profile"] = profile_decode_steps(ao, SampleConfig(steps=n, **common), choices, profile_steps)
+        profiled["step_profile"] = {}
+        for t in (t for t in steps if forwards[f"ao {t}"] >= 2):
+            _log(f"  profiling {profile_steps} AO decode steps at T={t}")
+            config = SampleConfig(steps=t, **common)
+            profiled["step_profile"][str(t)] = profile_decode_steps(ao, config, choices, profile_steps)
     return {
         "flavor": flavor,
         "n": n,
@@ -267,21 +270,23 @@ PROFILED_STEPS = 8  # decode steps in a --step-profile window: a step is 0.1-15 
 
 
 def write_step_profile(path: str, result: dict) -> None:
-    """The full profile to `path` (JSON, with its text table); the bench's own result keeps the per-step totals."""
+    """The full profiles to `path` (JSON: one per T, each with its text table); the bench's own result keeps
+    their per-step totals."""
     from ..temporaries import write_file
     from .decode_profile import format_kernels
 
-    profile = result.pop("step_profile")
-    table = format_kernels(profile)
+    profiles = result.pop("step_profile")
+    tables = {t: format_kernels(profile) for t, profile in profiles.items()}
     meta = {k: result[k] for k in ("flavor", "n", "batch", "dtype", "backend", "linears", "graphs")}
-    data = json.dumps({**meta, **profile, "table": table}, indent=1) + "\n"
-    write_file(path, data.encode(), f"--step-profile {path!r}")
-    result["step_profile"] = {"path": path, **{k: v for k, v in profile.items() if k != "kernels"}}
-    _log("\n".join(table))
+    by_t = {t: {**profile, "table": tables[t]} for t, profile in profiles.items()}
+    write_file(path, (json.dumps({**meta, "by_T": by_t}, indent=1) + "\n").encode(), f"--step-profile {path!r}")
+    totals = {t: {k: v for k, v in profile.items() if k != "kernels"} for t, profile in profiles.items()}
+    result["step_profile"] = {"path": path, "by_T": totals}
+    _log("\n".join(line for table in tables.values() for line in table))
 
 
 def command_line(argv: list[str]) -> str:
-    return "aogpt bench sampler " + " ".join(argv)
+    return command_environment() + "aogpt bench sampler " + " ".join(argv)
 
 
 def run(args) -> int:

@@ -29,7 +29,7 @@ from functools import partial
 from ..devices import device_name, resolve_device, synchronize
 from ..errors import UserError
 from ..model import FLAVORS
-from . import median_and_range
+from . import command_environment, median_and_range
 
 # dense bf16 peak FLOP/s (no sparsity) by device-name fragment, for MFU; other devices report none
 BF16_PEAK_FLOPS = {"H100": 989.4e12, "H200": 989.4e12, "A100": 312e12}
@@ -199,7 +199,7 @@ def reset_peak_memory(device) -> int:
 
 def command_line(args) -> str:
     """The command a result came from, for its docs row."""
-    parts = ["aogpt bench train", f"--flavor {args.flavor}"]
+    parts = [command_environment() + "aogpt bench train", f"--flavor {args.flavor}"]
     parts += [f"--seq-len {args.seq_len}"] if args.seq_len else []
     parts += [f"--batch {args.batch}", f"--steps {args.steps}"]
     parts += [] if args.profile else [f"--rounds {args.rounds}"]

@@ -54,26 +54,33 @@ def test_on_a_cpu_the_rows_are_operators_self_time():
         "us_per_launch": 30,
         "fraction_of_busy": 0.8571,
     }
-    table = format_kernels({**out, "first_step": 3, "host_us_per_step": 90.0, "device": "cpu"}, top=1)
-    assert "wall 100.0 us, busy 70.0 us, idle 30.0 us" in table[0] and "aten::mm" in table[2]
+    table = format_kernels({**out, "T": 16, "first_step": 3, "host_us_per_step": 90.0, "device": "cpu"}, top=1)
+    assert "from step 3 at T=16 on cpu: per step wall 100.0 us, busy 70.0 us, idle 30.0 us" in table[0]
+    assert "aten::mm" in table[2]
     assert table[-1].endswith("(1 more kernels)")
 
 
-def test_the_bench_writes_the_profile_of_eight_steps_from_the_middle(tmp_path, capsys):
-    """debugmodel, n=16, the static step: 8 steps from step 4, each with its one Gumbel-max draw (its counter
-    noise made inside the step) and one scatter of the drawn tokens into the order table; the JSON line keeps
-    the totals and the path."""
+def test_the_bench_writes_the_profile_of_steps_from_the_middle_at_each_T(tmp_path, capsys):
+    """debugmodel, n=16, the static step, T = 16, 4 and 1: 8 steps from step 4 at T=16, the 3 after the first at
+    T=4 (four tokens a step), none at T=1 (no step before a window); each step with its one Gumbel-max draw
+    (its counter noise made inside the step) and one scatter of the drawn tokens into the order table; the
+    JSON line keeps the totals and the path."""
     path = tmp_path / "profile.json"
-    argv = ["--flavor", "debugmodel", "--n", "16", "--batch", "2", "--repeats", "1", "--graphs", "static", "--T", "n"]
+    argv = ["--flavor", "debugmodel", "--n", "16", "--batch", "2", "--repeats", "1", "--graphs", "static"]
     assert bench_command.run(parse([*argv, "--step-profile", str(path), "--json"])) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    profile = json.loads(path.read_text())
-    assert (profile["steps"], profile["first_step"], profile["graphs"], profile["n"]) == (8, 4, "static", 16)
-    launches = {k["name"]: k["launches_per_step"] for k in profile["kernels"]}
-    assert launches["aten::argmax"] == 1 and launches["aten::scatter_"] == 1
-    assert "aten::uniform_" not in launches  # no generator: the noise is a hash of the step's buffers
-    assert profile["busy_us_per_step"] > 0 and profile["table"][0].startswith("cpu operators (self time) of 8 steps")
-    assert out["step_profile"]["path"] == str(path) and "kernels" not in out["step_profile"]
+    written = json.loads(path.read_text())
+    assert (written["graphs"], written["n"], list(written["by_T"])) == ("static", 16, ["16", "4"])
+    for t, (steps, first) in {"16": (8, 4), "4": (3, 1)}.items():
+        profile = written["by_T"][t]
+        assert (profile["T"], profile["steps"], profile["first_step"]) == (int(t), steps, first)
+        launches = {k["name"]: k["launches_per_step"] for k in profile["kernels"]}
+        assert launches["aten::argmax"] == 1 and launches["aten::scatter_"] == 1
+        assert "aten::uniform_" not in launches  # no generator: the noise is a hash of the step's buffers
+        assert profile["busy_us_per_step"] > 0
+        assert profile["table"][0].startswith(f"cpu operators (self time) of {steps} steps from step {first} at T={t}")
+    assert out["step_profile"]["path"] == str(path) and list(out["step_profile"]["by_T"]) == ["16", "4"]
+    assert "kernels" not in out["step_profile"]["by_T"]["16"]
     assert f"--step-profile {path}" in out["command"]
 
 

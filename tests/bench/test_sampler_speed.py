@@ -77,6 +77,15 @@ def test_json_run_reports_every_variant_and_round(capsys, tmp_path):
     assert out["command"] in docs.read_text()
 
 
+def test_the_command_names_the_inductor_settings_that_choose_kernels(monkeypatch):
+    """A row measured with `TORCHINDUCTOR_MAX_AUTOTUNE=1` says so: its command is not its plain twin's."""
+    monkeypatch.setenv("TORCHINDUCTOR_MAX_AUTOTUNE", "1")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/tmp/elsewhere")  # where kernels are kept, not which: left out
+    assert bench_command.command_line(["--n 8"]) == "TORCHINDUCTOR_MAX_AUTOTUNE=1 aogpt bench sampler --n 8"
+    monkeypatch.delenv("TORCHINDUCTOR_MAX_AUTOTUNE")
+    assert bench_command.command_line(["--n 8"]) == "aogpt bench sampler --n 8"
+
+
 def test_a_trained_model_times_speculative_sampling_against_t_n_and_ar(capsys, tmp_path):
     from conftest import tiny_model
 
