@@ -205,6 +205,24 @@ def test_deterministic_counts_cover_every_token_with_steps_forwards(n, steps, sc
     assert counts.shape == (steps,) and counts.sum() == n and (counts >= 1).all()
 
 
+@pytest.mark.parametrize("schedule", ["linear", "cosine"])
+def test_deterministic_counts_are_the_authors_step_by_step_rule(schedule):
+    """known_k = max(floor(N (1 - t_k)), known_(k-1) + 1), one step at a time, for every T of small N and a
+    few of N = 1024: the counts computed in one pass are its differences."""
+    import math
+
+    def step_by_step(n, steps):
+        t, known = time_grid(steps, schedule), [0]
+        for k in range(1, steps + 1):
+            known.append(max(math.floor(n * (1.0 - t[k].item())), known[-1] + 1))
+        return [b - a for a, b in zip(known, known[1:], strict=False)]
+
+    cases = [(n, steps) for n in range(1, 40) for steps in range(1, n + 1)]
+    cases += [(1024, steps) for steps in (1, 3, 7, 64, 255, 256, 1000, 1023, 1024)]
+    for n, steps in cases:
+        assert deterministic_counts(n, steps, schedule).tolist() == step_by_step(n, steps), (n, steps)
+
+
 def test_linear_deterministic_counts_are_even():
     assert deterministic_counts(256, 16).tolist() == [16] * 16
 

@@ -249,6 +249,32 @@ def test_plan_matches_the_dynamic_samplers_bookkeeping():
     assert [width_bucket(w) for w in (1, 2, 3, 4, 5, 9)] == [1, 2, 4, 4, 8, 16]
 
 
+def test_the_plan_is_step_geometry_iterated():
+    """The plan, made in closed form over all steps, is the state `step_geometry` reaches step by step (as the
+    device does) from (given, 0 encoded, given + 1 pending): ragged binomial counts with idle steps, prompts of
+    different lengths, deterministic counts, one sample, no step."""
+    from aogpt_plugin.sampler.step import step_geometry
+
+    generators = [torch.Generator().manual_seed(s) for s in range(5)]
+    cases = [
+        (step_counts([30, 12, 20, 29, 16], 10, "cosine", "binomial", generators), torch.tensor([0, 18, 10, 1, 14])),
+        (torch.tensor([[2, 0, 0, 3, 1], [0, 0, 1, 4, 1], [1, 0, 1, 1, 2]]), torch.tensor([2, 0, 5])),
+        (step_counts([64] * 3, 16), torch.zeros(3, dtype=torch.long)),
+        (step_counts([5], None), torch.tensor([3])),
+        (torch.zeros(2, 0, dtype=torch.long), torch.tensor([4, 4])),
+    ]
+    for counts, given in cases:
+        plan = plan_steps(counts, given)
+        known, cache_len = given.clone(), torch.zeros_like(given)
+        pending = known + 1
+        for k, step in enumerate(plan.step_of.tolist()):
+            for name, value in (("known", known), ("cache_len", cache_len), ("pending", pending)):
+                assert torch.equal(getattr(plan, name)[:, k], value), (name, k)
+            width, known, cache_len, pending = step_geometry(known, cache_len, pending, counts[:, step])
+            assert torch.equal(plan.width[:, k], width) and torch.equal(plan.counts[:, k], counts[:, step])
+        assert plan.steps == int((counts.sum(0) > 0).sum()) and torch.equal(known, given + counts.sum(1))
+
+
 @pytest.mark.parametrize("mode", ["static", "on"])
 def test_bad_combinations_are_one_line_errors(ao_model, mode):
     from aogpt_plugin.errors import UserError
