@@ -142,9 +142,6 @@ if [ "$MODE" = gpu ]; then
         extra=$([ "$profile" = profile ] && echo "--step-profile $OUT/step_profile_${graphs}_n${n}_b${batch}.json")
         want "$part" && timed "$name" "$seconds" sh -c "$AOGPT_Q bench sampler --flavor small --n $n --batch $batch --repeats 2 --graphs $graphs --T $tvalues $extra --json > $OUT/$name.json"
     done
-    # The CPU row's requests (docs/benchmarks.md) with the static step replayed from CUDA graphs: the tiny model and
-    # SDPA, so its shapes (3 batch sizes x the prefill widths) capture without a FlexAttention compile each and the
-    # untimed pass and two rounds fit 40 s.
     for batch_seconds in 32:90 1:90; do
         batch=${batch_seconds%:*}
         want flex_decode && timed "flex_decode_b$batch" "${batch_seconds#*:}" sh -c "$PY scripts/bench_flex_decode.py --batch $batch --json > $OUT/flex_decode_b$batch.json"
@@ -153,6 +150,9 @@ if [ "$MODE" = gpu ]; then
     # against cuBLAS for the 32-row products, 278 us of the 2026-11-28 step; flex's configs), its compile in the
     # log: whether `--graphs compile` should ask for it
     want sampler_autotune && timed bench_graphs_compile_autotune_n1024_b32 300 sh -c "TORCHINDUCTOR_MAX_AUTOTUNE=1 $AOGPT_Q bench sampler --flavor small --n 1024 --batch 32 --repeats 2 --graphs compile --T n --step-profile $OUT/step_profile_compile_autotune_n1024_b32.json --json > $OUT/bench_graphs_compile_autotune_n1024_b32.json"
+    # The CPU row's requests (docs/benchmarks.md) with the static step replayed from CUDA graphs: the tiny model and
+    # SDPA, so its shapes (3 batch sizes x the prefill widths) capture without a FlexAttention compile each and the
+    # untimed pass and two rounds fit 40 s.
     want sampler && timed bench_requests 40 sh -c "$AOGPT_Q bench requests --flavor tiny --requests 256 --n 64 --batch-sizes 1,8,32 --repeats 2 --graphs on --backend sdpa --json > $OUT/bench_requests.json"
 else
     want sampler && step bench_requests sh -c "$AOGPT_Q bench requests --flavor debugmodel --requests 12 --n 16 --batch-sizes 1,4 --repeats 2 --json > $OUT/bench_requests.json"

@@ -21,10 +21,11 @@ from ..devices import synchronize
 from .step_profile import STEP_RANGE, cpu_works, device_works, step_windows, union_us
 
 
-def profile_decode_steps(model, config, choices, count: int = 8) -> dict:
+def profile_decode_steps(model, config, choices, forwards: int, count: int = 8) -> dict:
     """Profile `count` decode steps from the middle of `generate(model, config)` with `choices` (resolved;
     a static graphs mode, its shapes already warm: the bench's rounds ran them) and summarise them per kernel.
-    The run needs at least two forwards (a step before the window)."""
+    `forwards`: the run's forward passes, as the bench's rounds counted them (seeded: the same run), at
+    least two (a step before the window)."""
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -33,7 +34,6 @@ def profile_decode_steps(model, config, choices, count: int = 8) -> dict:
 
     device = model.tok_embeddings.weight.device
     state = static_decoder(model, config.num_samples, choices.backend, choices.linears, choices.graphs)
-    forwards = generate(model, config, choices=choices).forward_passes  # seeded: the profiled run's too
     if forwards < 2:
         raise ValueError(f"a step profile needs two forwards or more; T={config.steps} runs {forwards}")
     count = max(1, min(count, forwards - 1))

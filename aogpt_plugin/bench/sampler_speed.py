@@ -222,7 +222,9 @@ def run_bench(
         for t in (t for t in steps if forwards[f"ao {t}"] >= 2):
             _log(f"  profiling {profile_steps} AO decode steps at T={t}")
             config = SampleConfig(steps=t, **common)
-            profiled["step_profile"][str(t)] = profile_decode_steps(ao, config, choices, profile_steps)
+            profiled["step_profile"][str(t)] = profile_decode_steps(
+                ao, config, choices, forwards[f"ao {t}"], profile_steps
+            )
     return {
         "flavor": flavor,
         "n": n,
