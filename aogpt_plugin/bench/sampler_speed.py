@@ -219,7 +219,9 @@ def run_bench(
         from .decode_profile import profile_decode_steps
 
         profiled["step_profile"] = {}
-        for t in (t for t in steps if forwards[f"ao {t}"] >= 2):
+        for t in steps:
+            if forwards[f"ao {t}"] < 2:
+                continue
             _log(f"  profiling {profile_steps} AO decode steps at T={t}")
             config = SampleConfig(steps=t, **common)
             profiled["step_profile"][str(t)] = profile_decode_steps(
