@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .errors import InputError, UserError, check_types, is_int, keyword_name
+from .seeding import MAX_SEED
 
 if TYPE_CHECKING:
     from .eval.perplexity import PerplexityReport
@@ -51,6 +52,8 @@ def _integers(value, name: str, expected: str, held: str) -> torch.Tensor:
             value = torch.tensor(value)
         except (TypeError, ValueError, RuntimeError) as e:
             raise InputError(f"{name} must be {expected} ({e})") from None
+    if value.numel() == 0:
+        raise InputError(f"{name} is empty (shape {tuple(value.shape)}); allowed: {expected}, at least one token")
     if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
         raise InputError(f"{name} must hold {held}; got dtype {value.dtype}")
     return value
@@ -95,6 +98,7 @@ LOGPROB_TYPES = {
     "seed": (is_int, "an integer"),
     "per_token": (_is_bool, "True or False"),
 }
+SEED_RANGE = {"seed": (lambda v: 0 <= v <= MAX_SEED, "an integer in 0..2**64-1 (seeds are 64-bit)")}
 SCORE_TYPES = {
     "texts_or_tokens": (
         lambda v: isinstance(v, (str, list, tuple, torch.Tensor)),
@@ -241,7 +245,8 @@ class LoadedModel:
         top_k >= 1; prompt: text at position 0; infill: given spans, {"spans": [{"start": 40, "text":
         "..."}, {"start": 90, "tokens": [464]}]} (or that list, or its JSON, or "@FILE"); speculative:
         a draft size 1..16 or "auto" (exact T = N samples in fewer forwards; excludes steps, schedule
-        and counts); seed: sample i's is seed + i (its order, counts and noise); backend "auto" | "sdpa"
+        and counts); seed: 0..2**64-1, sample i's seed is a mix of seed and i (sample 0's is seed itself:
+        its order, counts and noise), so calls with different seeds share no sample; backend "auto" | "sdpa"
         | "flex"; graphs "auto" | "on" | "off" | "compile" | "static": how each step runs
         (sampler/choices.py; auto: the static step replayed from CUDA graphs on a GPU, the dynamic
         sampler on a CPU; same samples).
@@ -250,12 +255,15 @@ class LoadedModel:
         value per sample (num_samples then defaults to its length), or `requests` gives one dict per
         sample with the fields of an `aogpt sample --requests` line ({"prompt" | "infill", "seed",
         "length", "order", and run options all of them share}); the keywords fill what they leave out.
-        A sample's tokens depend on its own options and seed only, never on the batch it ran in.
+        Each request is sampled with its own options: requests that differ in a run option (steps,
+        temperature, ...) run in batches of their own. A sample's tokens depend on its own options and seed
+        only, never on the batch it ran in or what else was asked for in the same call.
 
         Returns Samples: `.tokens` (num_samples, length) on the CPU (-1 past a sample's own length),
         `.texts`, `.result` (orders, forward passes, seconds) and, when speculative, `.speculative` (its
         statistics)."""
-        from .sampler.request import SampleRequest, run_plan
+        from .sampler.request import SampleRequest, check_requests, run_plan, sample_requests
+        from .sampler.requests_file import request_lines
 
         options = dict(
             num_samples=num_samples,
@@ -274,18 +282,23 @@ class LoadedModel:
             backend=backend,
             graphs=graphs,
         )
+
+        def plan(request, spell=keyword_name):
+            return request.plan(
+                self.model_args, lambda text: self.tokenizer.encode(text), self.device, self.dtype, spell
+            )
+
         with input_errors():  # every option is checked before the first forward
             check_types(dict(requests=requests, progress=progress), GENERATE_TYPES)
             if requests is None:
-                request = SampleRequest(**options)
-            elif not isinstance(requests, list) or not requests or not all(isinstance(r, dict) for r in requests):
-                raise InputError(f"requests must be a non-empty list of dicts, one per sample; got {requests!r:.80}")
+                samples = run_plan(
+                    self.module, plan(SampleRequest(**options)), self.tokenizer.decode, progress=progress
+                )
             else:
-                request = SampleRequest.from_requests(requests, **options)
-            plan = request.plan(
-                self.model_args, lambda text: self.tokenizer.encode(text), self.device, self.dtype, keyword_name
-            )
-            samples = run_plan(self.module, plan, self.tokenizer.decode, progress=progress)
+                lines = request_lines(requests)
+                base = SampleRequest.for_requests(**options)
+                check_requests(lines, base, plan, "requests")
+                samples = sample_requests(self.module, lines, base, plan, self.tokenizer.decode)
         # the sampler runs in inference mode; normal tensors can be fed back to logprob and autograd
         samples.tokens = samples.result.tokens = samples.tokens.clone()
         samples.result.orders = samples.result.orders.clone()
@@ -312,6 +325,7 @@ class LoadedModel:
 
         with input_errors():
             check_types(dict(tokens=tokens, order=order, seed=seed, per_token=per_token), LOGPROB_TYPES)
+            check_types(dict(seed=seed), SEED_RANGE)
             batch, one = self._checked_tokens(tokens, "tokens")
             sigma = self._checked_order(order, batch.shape, seed)
         batch = batch.to(self.device)
@@ -411,6 +425,7 @@ class LoadedModel:
             given = dict(texts_or_tokens=texts_or_tokens, order=order, orders=orders, ensemble=ensemble)
             given |= dict(seq_len=seq_len, max_chunks=max_chunks, seed=seed, batch_size=batch_size, progress=progress)
             check_types(given, SCORE_TYPES)
+            check_types(dict(seed=seed), SEED_RANGE)
             check_options(order, orders, ensemble, max_chunks, seq_len, batch_size, spell=keyword_name)
             tokenizer = self.tokenizer
             if tokenizer.get_vocab_size() != self.model_args.vocab_size:  # its text is not this model's
@@ -418,6 +433,13 @@ class LoadedModel:
             texts = [texts_or_tokens] if isinstance(texts_or_tokens, str) else texts_or_tokens
             if isinstance(texts, (list, tuple)) and not texts:
                 raise InputError("texts_or_tokens is empty; allowed: documents (strings) or token chunks (C, n)")
+            if isinstance(texts, (list, tuple)) and any(isinstance(t, str) for t in texts):
+                i = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
+                if i is not None:
+                    raise InputError(
+                        f"texts_or_tokens[{i}] is {texts[i]!r:.60} (a {type(texts[i]).__name__}); allowed: a string, "
+                        "as every item of a list of documents"
+                    )
             if isinstance(texts, (list, tuple)) and texts and all(isinstance(t, str) for t in texts):
                 n = chunk_length(seq_len, self.model_args.max_seq_len, self.source, spell=keyword_name)
                 packed = pack_documents(list(texts), tokenizer, n)

@@ -14,7 +14,14 @@ import os
 import re
 import sys
 
-from .errors import UserError, exit_status, interrupted_line, restore_signals, stop_at_once_on_signals
+from .errors import (
+    UserError,
+    exit_status,
+    interrupted_line,
+    restore_signals,
+    stop_at_once_on_signals,
+    stop_quietly_on_signals,
+)
 
 COMMANDS = {  # name: (module whose add_to defines it, one-line help); train, lm-eval: their own parsers
     "train": (None, "train with torchtitan: `python -m aogpt_plugin.train ARGS` (torchrun -m ... for several)"),
@@ -140,14 +147,45 @@ def run_lm_eval(argv: list[str]) -> int:
 
 
 def lm_eval_argv(argv: list[str]) -> list[str]:
-    """lm_eval's device defaults to cuda:0 even where there is none; for the aogpt model, no --device
-    means the machine's (`auto`: cuda if available, else cpu), as in every aogpt command."""
+    """lm_eval's command line for the aogpt model. lm_eval's device defaults to cuda:0 even where there is
+    none; no --device means the machine's (`auto`: cuda if available, else cpu), as in every aogpt command.
+    lm_eval hands the model its own --batch_size and --device, so the same key in --model_args would clash:
+    given there alone, it moves to lm_eval's flag; given in both, one UserError names both values."""
     models = [b for a, b in zip(argv, argv[1:], strict=False) if a == "--model"]
     models += [a.split("=", 1)[1] for a in argv if a.startswith("--model=")]
-    has_device = any(a == "--device" or a.startswith("--device=") for a in argv)
-    if "aogpt" in models and not has_device and "-h" not in argv and "--help" not in argv:
-        return [*argv, "--device", "auto"]
+    if "aogpt" not in models or "-h" in argv or "--help" in argv:
+        return argv
+    argv = list(argv)
+    for key in ("batch_size", "device"):
+        flag = _flag_value(argv, f"--{key}")
+        where = next((i for i, a in enumerate(argv[:-1]) if a == "--model_args"), None)
+        if where is None:
+            continue
+        items = argv[where + 1].split(",")
+        given = [item for item in items if item.split("=", 1)[0].strip() == key]
+        if not given:
+            continue
+        value = given[-1].split("=", 1)[1] if "=" in given[-1] else ""
+        if flag is not None:
+            raise UserError(
+                f"model_args {key}={value} and lm_eval's --{key} {flag} both set the {key.replace('_', ' ')}; "
+                f"give it once, as --{key}"
+            )
+        argv[where + 1] = ",".join(item for item in items if item not in given)
+        argv += [f"--{key}", value]
+    if _flag_value(argv, "--device") is None:
+        argv += ["--device", "auto"]
     return argv
+
+
+def _flag_value(argv: list[str], flag: str) -> str | None:
+    """The value of `flag` on lm_eval's command line (`--flag V` or `--flag=V`), or None."""
+    for i, a in enumerate(argv):
+        if a == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+    return None
 
 
 class OutputError(Exception):
@@ -188,13 +226,40 @@ def _silence_stdout() -> None:
         pass
 
 
+def close_progress_bars() -> None:
+    """Every tqdm bar still drawn (a library's, left open by a stop) closed, so the next line is a line of its
+    own and no bar is redrawn below it."""
+    tqdm_module = sys.modules.get("tqdm")
+    for bar in list(getattr(getattr(tqdm_module, "tqdm", None), "_instances", ())):
+        try:
+            bar.close()
+        except Exception:  # noqa: BLE001 - a bar that cannot redraw is left as it is
+            pass
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    """`aogpt ARGS`. As the installed command (argv None) a Ctrl-C or SIGTERM at any moment ends it in one line
+    and 128 + the signal: during the work the command stops (its writers clean up), after it the process ends
+    without raising into the clean-up (errors.stop_quietly_on_signals). Called with argv (tests, scripts), the
+    caller's signal handlers are put back when it returns."""
+    entry = argv is None
     previous = stop_at_once_on_signals()  # Ctrl-C, SIGTERM: writers remove their temporaries, then one line
     try:
-        return _main(argv)
+        return _main(sys.argv[1:] if entry else list(argv))
+    except KeyboardInterrupt as e:  # landed in _main's own clean-up, after its work
+        return _finish(f"error: {interrupted_line(e)}", exit_status(e))
     finally:
-        restore_signals(previous)
+        if not entry:
+            restore_signals(previous)
+
+
+def _finish(line: str | None, code: int) -> int:
+    """The command's last line (None: its output is all there is) and status; signals end it quietly from here."""
+    stop_quietly_on_signals(line_out=line is not None)
+    if line is not None:
+        close_progress_bars()
+        print(line, file=sys.stderr, flush=True)
+    return code
 
 
 def _main(argv: list[str]) -> int:
@@ -210,7 +275,7 @@ def _main(argv: list[str]) -> int:
     sys.stdout = _GuardedStdout(stdout)
     try:
         if command == "lm-eval":  # lm_eval parses its own arguments
-            return run_lm_eval(argv[1:])
+            return _finish(None, run_lm_eval(argv[1:]))
         if command == "train" and argv[1:] in (["--help"], ["-h"]):  # aogpt's page, not torchtitan's 900 lines
             from .training.help_page import help_page
 
@@ -221,22 +286,19 @@ def _main(argv: list[str]) -> int:
         args = build_parser(command).parse_args(argv)
         code = int(args.run(args) or 0)
         sys.stdout.flush()  # a write error shows here, not as a traceback at exit
-        return code
+        return _finish(None, code)
     except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return _finish(f"error: {e}", 2)
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (errors.Interrupted)
-        print(f"error: {interrupted_line(e)}", file=sys.stderr)
-        return exit_status(e)
+        return _finish(f"error: {interrupted_line(e)}", exit_status(e))
     except OutputError as e:  # `aogpt sample > /dev/full`
         sys.stdout = stdout
         _silence_stdout()
-        print(f"error: cannot write the output to stdout: {e}", file=sys.stderr)
-        return 1
+        return _finish(f"error: cannot write the output to stdout: {e}", 1)
     except BrokenPipeError:  # `aogpt sample | head -1`: the reader has all it wanted
         sys.stdout = stdout
         _silence_stdout()
-        return 0
+        return _finish(None, 0)
     finally:
         if isinstance(sys.stdout, _GuardedStdout):
             sys.stdout = stdout

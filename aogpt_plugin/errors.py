@@ -204,6 +204,27 @@ def _default_signals_in_child() -> None:
 os.register_at_fork(after_in_child=_default_signals_in_child)  # acts only where our handlers are installed
 
 
+def stop_quietly_on_signals(line_out: bool) -> None:
+    """The command's work is over and its result (or its one error line) is out: from here to the end of the
+    process a Ctrl-C or SIGTERM raises nothing into the clean-up code still running (an exception there is a
+    traceback after the command's last line); it ends the process at once, with 128 + the signal and, unless
+    a line is out already (`line_out`), the stop's one line. A no-op outside the main thread."""
+
+    def handle(signum, frame):
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        if not line_out:
+            with contextlib.suppress(Exception):
+                os.write(2, f"error: {interrupted_line(Interrupted(signum))}\n".encode())
+        os._exit(128 + signum)
+
+    handle.stops_the_command = True
+    if threading.current_thread() is threading.main_thread():
+        for signum in SIGNAL_NAMES:
+            signal.signal(signum, handle)
+
+
 def restore_signals(previous: dict) -> None:
     for signum, handler in previous.items():
         signal.signal(signum, handler)

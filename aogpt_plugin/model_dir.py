@@ -24,7 +24,6 @@ config.json:
 
 from __future__ import annotations
 
-import atexit
 import dataclasses
 import json
 import os
@@ -36,7 +35,7 @@ import torch
 from .data.manifest import file_sha256
 from .errors import ConfigError, DiskFullError, UserError, disk_full_reason, kind_of, space_note
 from .model import AOGPT, AOGPTModelArgs
-from .temporaries import make_temporary, move_into_place
+from .temporaries import acquire_writer_lock, make_temporary, move_into_place, release_writer_lock
 
 FORMAT = "aogpt-converted"
 FORMAT_VERSION = 1
@@ -295,65 +294,23 @@ def _check_replaceable(out_dir: str, force: bool) -> None:
         )
 
 
-_held_locks: dict[str, tuple[int, str, bool]] = {}  # abs OUT_DIR -> (fd, lock file, force)
-
-
-def _lock_path(out_dir: str) -> str:
-    parent, name = os.path.split(os.path.abspath(out_dir))
-    return os.path.join(parent, f".{name}.aogpt-lock")
+_forces: dict[str, bool] = {}  # abs OUT_DIR whose writer lock this process holds -> its --force
 
 
 def _acquire_lock(out_dir: str, force: bool) -> None:
-    """Take OUT_DIR's writer lock (re-entrant in this process). Two writers into one folder would
-    each replace the other's result; the second is refused instead."""
-    import fcntl
-
-    key = os.path.abspath(out_dir)
-    if key in _held_locks:
-        fd, path, _ = _held_locks[key]
-        _held_locks[key] = (fd, path, force)
-        return
-    path = _lock_path(out_dir)
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
-            os.close(fd)
-            raise UserError(
-                f"output directory {out_dir!r} is being written by another aogpt process (pid {holder}); "
-                "two writers would replace each other's folder: wait for it to finish or choose another folder"
-            ) from None
-        try:  # a releasing holder unlinks the file: lock the file that is still there
-            current = os.stat(path).st_ino == os.fstat(fd).st_ino
-        except FileNotFoundError:
-            current = False
-        if current:
-            break
-        os.close(fd)
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
-    if not _held_locks:
-        atexit.register(_release_all_locks)
-    _held_locks[key] = (fd, path, force)
+    """Take OUT_DIR's writer lock (re-entrant in this process): two writers into one folder would each
+    replace the other's result; the second is refused instead."""
+    acquire_writer_lock(
+        out_dir,
+        f"output directory {out_dir!r}",
+        "two writers would replace each other's folder: wait for it to finish or choose another folder",
+    )
+    _forces[os.path.abspath(out_dir)] = force
 
 
 def _release_lock(out_dir: str) -> None:
-    held = _held_locks.pop(os.path.abspath(out_dir), None)
-    if held is None:
-        return
-    fd, path, _ = held
-    try:
-        os.unlink(path)  # while still locked, so no one else holds this file
-    except FileNotFoundError:
-        pass
-    os.close(fd)
-
-
-def _release_all_locks() -> None:
-    for key in list(_held_locks):
-        _release_lock(key)
+    _forces.pop(os.path.abspath(out_dir), None)
+    release_writer_lock(out_dir)
 
 
 def check_out_dir(out_dir: str, force: bool = False) -> None:
@@ -369,7 +326,7 @@ def check_out_dir(out_dir: str, force: bool = False) -> None:
         raise UserError(f"output directory {out_dir!r} cannot be created: {parent!r} is a file")
     if not os.access(parent, os.W_OK):
         raise UserError(f"output directory {out_dir!r} cannot be created: {parent!r} is not writable")
-    held = os.path.abspath(out_dir) in _held_locks
+    held = os.path.abspath(out_dir) in _forces
     if parent == os.path.dirname(os.path.abspath(out_dir)):  # else save_model_dir locks once it exists
         _acquire_lock(out_dir, force)
     try:
@@ -398,7 +355,7 @@ def save_model_dir(
         raise ValueError(f"save_model_dir: {stray} are not model folder files (model_dir.EXPORT_FILES)")
 
     key = os.path.abspath(out_dir)
-    force = _held_locks[key][2] if key in _held_locks else True
+    force = _forces.get(key, True)
     parent = os.path.dirname(key) or "."
     try:
         check_out_dir(out_dir, force)

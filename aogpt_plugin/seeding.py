@@ -53,7 +53,9 @@ STREAMS: dict[str, Stream] = {
     # evaluation (eval/perplexity, eval/ensemble)
     "eval_order": Stream("seed, chunk, draw", tag=0xE7A1),
     "eval_context_order": Stream("seed, chunk, draw, target index", tag=0xC0E7),
-    # sampling (sampler/generation.py), per sample: sample i of a batch seeded s has the seed s + i (or its own)
+    # sampling (sampler/generation.py), per sample: sample i of a batch seeded s has the seed sample_seed(s, i)
+    # (or its own); sample 0's is s itself, so a batch's first sample is the batch of one with its seed
+    "sample_index": Stream("a batch's seed, the sample's index i >= 1", tag=0x5A1D, tag_first=True),
     "sample_plan": Stream("a sample's seed (its order, its binomial counts)", tag=0x0BDE, tag_first=False),
     "sample_noise": Stream(
         "a sample's seed (the key of its counter-based Gumbel noise, sampler/noise.py)", tag=0x6E75, tag_first=False
@@ -61,6 +63,15 @@ STREAMS: dict[str, Stream] = {
     # `aogpt convert --from-hf` (model/gpt2.py): adaLN's target-position table, which GPT-2 has not
     "gpt2_target_table": Stream("seed", tag=0x6972, tag_first=False),
 }
+
+
+MAX_SEED = (1 << 64) - 1  # seeds are 64-bit: a wider one would be reduced, and two seeds would draw alike
+
+
+def sample_seed(seed: int, index: int) -> int:
+    """The seed of sample `index` of a batch seeded `seed`: `seed` itself for sample 0, else a mix of both
+    (not seed + index, which would give the batches seeded s and s + 1 all but one sample in common)."""
+    return seed if index == 0 else stream_seed("sample_index", seed, index)
 
 
 def stream_seed(name: str, *parts: int) -> int:

@@ -1,17 +1,19 @@
 """Temporary siblings for atomic writes (a model folder, a prepared data folder, a tokenizer.json, a
 samples file): made with the writer's pid and host in their name, so the next writer on that host can
 remove those a killed writer left behind (on a shared filesystem another node's pids mean nothing
-here), and renamed into place only once complete."""
+here), and renamed into place only once complete. And the writer lock of an output (a model folder, a
+results file): one process writes it at a time."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import shutil
 import socket
 import tempfile
 
-from .errors import DiskFullError, disk_full_reason, signals_deferred, space_note
+from .errors import DiskFullError, UserError, disk_full_reason, signals_deferred, space_note
 
 
 def make_temporary(parent: str, prefix: str) -> str:
@@ -111,3 +113,61 @@ def alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+_held_locks: dict[str, tuple[int, str]] = {}  # abs path of an output -> (fd, its lock file)
+
+
+def lock_path(target: str) -> str:
+    """The lock file of output `target`: `.NAME.aogpt-lock` beside it."""
+    parent, name = os.path.split(os.path.abspath(target))
+    return os.path.join(parent, f".{name}.aogpt-lock")
+
+
+def acquire_writer_lock(target: str, what: str, advice: str) -> None:
+    """Take output `target`'s writer lock (an fcntl lock on `lock_path(target)`, holding the writer's pid;
+    re-entrant in this process), or one UserError: `<what> is being written by another aogpt process (pid N);
+    <advice>`. The kernel drops the lock of a process that dies, so a killed writer's lock is taken over."""
+    import fcntl
+
+    key = os.path.abspath(target)
+    if key in _held_locks:
+        return
+    path = lock_path(target)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise UserError(f"{what} is being written by another aogpt process (pid {holder}); {advice}") from None
+        try:  # a releasing holder unlinks the file: lock the file that is still there
+            current = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            current = False
+        if current:
+            break
+        os.close(fd)
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    if not _held_locks:
+        atexit.register(_release_all_locks)
+    _held_locks[key] = (fd, path)
+
+
+def release_writer_lock(target: str) -> None:
+    held = _held_locks.pop(os.path.abspath(target), None)
+    if held is None:
+        return
+    fd, path = held
+    try:
+        os.unlink(path)  # while still locked, so no one else holds this file
+    except FileNotFoundError:
+        pass
+    os.close(fd)
+
+
+def _release_all_locks() -> None:
+    for key in list(_held_locks):
+        release_writer_lock(key)

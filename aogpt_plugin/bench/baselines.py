@@ -27,6 +27,7 @@ from ..sampler.graphs import StepRunner, uses_inductor
 from ..sampler.noise import NoiseWorkspace, keys_at, parallel_draw_keys
 from ..sampler.prompt import Prompt, sample_orders
 from ..sampler.sampling import SamplingParams, sample_tokens, step_counts
+from ..seeding import sample_seed
 
 
 def build_decoder(flavor: str, conditioning: str, device, dtype) -> AOGPT:
@@ -170,7 +171,7 @@ def encoder_generate(
     choices: SamplerChoices | None = None,
 ) -> EncoderResult:
     """The standard MDM sampler: start all-[MASK]; each step is one full forward over all n slots.
-    Sample i is seeded seed + i, as the AO sampler's (its order, counts and noise).
+    Sample i is seeded sample_seed(seed, i), as the AO sampler's (its order, counts and noise).
     `graphs` (graphs.py): off runs the loop below; the other modes run the same step at fixed shapes.
     `choices`: the AO sampler's, resolved (the benchmark's); else resolved here from `linears` and `graphs`."""
     sampling = (sampling or SamplingParams()).validate()
@@ -181,7 +182,7 @@ def encoder_generate(
     mode = choices.graphs
     view = decode_model(model, choices.linears)  # the same Linear kernels as the AO sampler (decoder.py)
     model = view.model
-    seeds = [seed + i for i in range(batch)]
+    seeds = [sample_seed(seed, i) for i in range(batch)]
     generators = [plan_generator(s) for s in seeds]
     orders = sample_orders(length, (length,) * batch, (Prompt(),) * batch, ("random",) * batch, generators)
     orders = orders.to(device)
@@ -252,14 +253,14 @@ def ar_generate(
     linears: str = "auto",
 ) -> ARResult:
     """x_0 from [None], then x_j from slot j reading x_{j-1}; slot j is conditioned on target j. Sample i
-    draws position j with the AO sampler's noise of seed seed + i: its tokens are those of the AO sampler
+    draws position j with the AO sampler's noise of seed sample_seed(seed, i): its tokens are those of the AO sampler
     at T = n in left-to-right order, given the same logits."""
     sampling = (sampling or SamplingParams()).validate()
     vocab = model.model_args.vocab_size
     weight = model.tok_embeddings.weight
     device = weight.device
     choices = resolve_choices("off", backend, linears, device, weight.dtype, model.model_args.head_dim)
-    noise_keys = torch.tensor([noise_seed(seed + i) for i in range(batch)], dtype=torch.long, device=device)
+    noise_keys = torch.tensor([noise_seed(sample_seed(seed, i)) for i in range(batch)], dtype=torch.long, device=device)
     synchronize(device)
     start_time = time.perf_counter()
     decoder = CachedDecoder(model, batch, length + 1, choices.backend, choices.linears)

@@ -10,6 +10,7 @@ from ..devices import Reporter, add_runtime_args, print_json, resolve_device, re
 from ..errors import UserError, check_writable, require_at_least
 from ..orders import READ_ORDERS
 from ..sampler.options import add_graphs_arg
+from ..seeding import sample_seed
 from ..temporaries import write_file
 from .samples import TOKEN_MODES
 
@@ -128,7 +129,7 @@ def _check_sampling_args(args) -> None:
 
 
 def sample_from_model(args, device, say):
-    """Draw --num-samples samples with aogpt_plugin.sampler, --batch-size at a time, sample i seeded --seed + i
+    """Draw --num-samples samples with aogpt_plugin.sampler, --batch-size at a time, sample i seeded as sample i of --seed (seeding.sample_seed)
     (so the samples do not depend on the batch size), through the sampler's one request path
     (sampler/request.py), checked before the weights load."""
     import dataclasses
@@ -164,7 +165,7 @@ def sample_from_model(args, device, say):
     say(f"sampling {args.num_samples} samples from {args.model}: " + ", ".join(f"{k} {v}" for k, v in settings.items()))
     samples, forwards = [], 0
     for start in range(0, args.num_samples, args.batch_size):
-        seeds = list(range(args.seed + start, args.seed + min(start + args.batch_size, args.num_samples)))
+        seeds = [sample_seed(args.seed, i) for i in range(start, min(start + args.batch_size, args.num_samples))]
         batch = dataclasses.replace(request, num_samples=len(seeds), seed=seeds)
         drawn = run_plan(model_dir.model, batch.plan(model_args, None, device, dtype), tokenizer.decode)
         forwards += drawn.result.forward_passes

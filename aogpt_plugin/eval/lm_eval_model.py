@@ -20,7 +20,7 @@ the device default auto, the machine's, instead of lm_eval's cuda:0). Any other 
                          the same orders per (window, draw), so the two agree on the same text.
   generate_until         the sampler (T = tokens to generate): left to right, or any order after the
                          context with order=random; greedy (top-k 1) unless do_sample; stops honoured.
-                         Requests are sampled batch_size at a time, request i seeded seed + i: its
+                         Requests are sampled batch_size at a time, request i seeded as sample i of seed: its
                          text is the same at any batch size.
 """
 
@@ -198,7 +198,7 @@ class AOGPTLM(LM):
     @torch.inference_mode()
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
         """Every request a sample of its own (its context given at positions 0.., T = its new tokens, seeded
-        seed + its index), sampled `batch_size` at a time through the sampler's batched requests
+        as sample `index` of seed), sampled `batch_size` at a time through the sampler's batched requests
         (sampler/request.py): a request's text does not depend on the batch size or its neighbours."""
         from ..sampler import RequestLine, SampleRequest, sample_batches
         from ..sampler.choices import resolve_choices

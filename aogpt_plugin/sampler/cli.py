@@ -15,6 +15,7 @@ where the first stopped.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 
@@ -60,7 +61,8 @@ def add_to(subparsers) -> None:
         "--seed",
         type=int,
         default=0,
-        help="sample i draws its order, counts and Gumbel noise from seed SEED + i: same seed, same samples, in any batch",
+        help="0..2**64-1; sample 0 draws its order, counts and Gumbel noise from SEED, sample i from a mix of SEED "
+        "and i: same seed, same samples, in any batch; other seeds, other samples",
     )
     p.add_argument("--backend", choices=BACKENDS, default="auto", help="attention (auto: per device)")
     add_graphs_arg(p)
@@ -71,11 +73,12 @@ def add_to(subparsers) -> None:
         metavar="FILE.jsonl",
         help="sample one request a line: {'prompt' | 'infill', 'seed', 'length', 'order', 'steps', 'temperature', "
         "'top_p', 'top_k', 'schedule', 'counts'}; the flags above fill what a request leaves out (a request "
-        "without a seed is seeded --seed + its index)",
+        "without a seed is seeded as sample INDEX of --seed)",
     )
     g.add_argument(
         "--out", default=None, metavar="RESULTS.jsonl", help="with --requests: one result a line, in input order; "
-        "a run again with the same file skips the requests already there"
+        "a run again with the same file keeps the results already there when they answer the same requests "
+        "under the same options (else it stops, naming the first difference); one run writes a file at a time"
     )  # fmt: skip
     g.add_argument(
         "--batch-size", type=int, default=8, metavar="K", help="with --requests: requests sampled together (default 8)"
@@ -232,8 +235,8 @@ def run_requests(args, device, dtype) -> int:
     from ..devices import device_name, print_json
     from ..errors import Interrupted
     from ..model_dir import load_model_dir, read_config
-    from .request import SampleRequest, check_requests, sample_batches
-    from .requests_file import OrderedResults, read_requests
+    from .request import SampleRequest, check_requests, sample_batches, token_options
+    from .requests_file import OrderedResults, made_from, read_requests
 
     config = read_config(args.model)
     tokenizer = None
@@ -254,7 +257,11 @@ def run_requests(args, device, dtype) -> int:
     longest = max(r.fields.get("length") or base.length or config.model_args.max_seq_len for r in requests)
     batch_plan = plan(SampleRequest.from_args(args, num_samples=args.batch_size, length=longest))
     check_fits(config.model_args, batch_plan, device, dtype, flag="--batch-size")
-    results = OrderedResults(args.out, len(requests))
+    model_id = {"model": config.model_sha256 or os.path.abspath(args.model), "dtype": args.dtype}
+    max_positions = config.model_args.max_seq_len
+    results = OrderedResults(
+        args.out, [made_from(r, model_id | token_options(r, base, max_positions)) for r in requests]
+    )
     todo = [r for r in requests if r.index not in results.done]
     if results.done:
         _say(

@@ -39,7 +39,7 @@ from ..devices import synchronize
 from ..errors import UserError
 from ..model import AOGPT
 from ..orders import READ_ORDERS
-from ..seeding import stream_generator, stream_seed
+from ..seeding import MAX_SEED, sample_seed, stream_generator, stream_seed
 from .choices import SamplerChoices, check_names, resolve_choices
 from .decoder import CachedDecoder
 from .noise import PARALLEL_DRAW, NoiseWorkspace, keys_at, parallel_draw_keys, row_keys
@@ -60,12 +60,14 @@ class SampleConfig:
     schedule: str = "linear"  # linear | cosine time grid
     counts: str = "deterministic"  # deterministic (authors' code) | binomial (Lemma 4.1)
     sampling: SamplingParams = field(default_factory=SamplingParams)
-    seed: int = 0  # sample i's seed is seed + i, unless `seeds` gives each its own
+    seed: int = (
+        0  # sample i's seed is seeding.sample_seed(seed, i) (sample 0's: seed), unless `seeds` gives each its own
+    )
     backend: str = "auto"  # auto | sdpa | flex (resolved with the two below: choices.py)
     linears: str = "auto"  # auto | aten | onednn (decoder.py)
     graphs: str = "auto"  # auto | on | off | compile | static (graphs.py): how each step runs
     lengths: tuple[int, ...] | None = None  # per sample, each <= length; None: every sample has `length`
-    seeds: tuple[int, ...] | None = None  # per sample; None: seed, seed + 1, ...
+    seeds: tuple[int, ...] | None = None  # per sample; None: derived from seed
 
     def sample_lengths(self) -> tuple[int, ...]:
         return tuple(self.lengths) if self.lengths is not None else (self.length,) * self.num_samples
@@ -74,7 +76,7 @@ class SampleConfig:
         """Each sample's seed: its orders, counts and noise are drawn from it alone (batch invariance)."""
         if self.seeds is not None:
             return tuple(self.seeds)
-        return tuple(self.seed + i for i in range(self.num_samples))
+        return tuple(sample_seed(self.seed, i) for i in range(self.num_samples))
 
     def validate(
         self,
@@ -98,6 +100,10 @@ class SampleConfig:
                 raise UserError(
                     f"{name} has {len(values)} items for {self.num_samples} samples; allowed: one per sample", name
                 )
+        for b, seed in enumerate(self.seeds or (self.seed,)):
+            if not 0 <= seed <= MAX_SEED:
+                of = f" of sample {b}" if self.seeds is not None else ""
+                raise UserError(f"seed={seed}{of} is outside the allowed range 0..2**64-1", "seed")
         for b, n_b in enumerate(self.lengths or ()):
             if not 1 <= n_b <= self.length:
                 raise UserError(

@@ -6,9 +6,13 @@ depends on how many samples were drawn before it and in which shape. Batched gen
 mode, needs noise that is a function of the sample's own key instead: here, each uniform is a hash of
 (the sample's seed, the step, the target position the row unmasks, the token id). The hash is
 Jarzynski & Olano's PCG hash ("Hash Functions for GPU Rendering", JCGT 2020), chained over the key
-parts and run twice for the 52 bits of a float64 uniform. It uses only elementwise integer ops on
-the device (no generator state, no host read), so a CUDA graph can capture it and replay it with
-the step index and seeds as device data.
+parts in turn (seed, then step, then position: order matters, so (step a, position p) and (step p,
+position a) are different keys) along two chains started apart, which give a row's 64-bit key. A
+uniform hashes the whole key with the token: each chain's half plus the token, hashed, then mixed with
+the other half and hashed again, so two rows share a run of uniforms only if both halves of their keys
+line up (~2^-64 a pair), not the first half alone. It uses only elementwise integer ops on the device
+(no generator state, no host read), so a CUDA graph can capture it and replay it with the step index and
+seeds as device data.
 
 All arithmetic stays in int64 without overflow: every operand is a 32-bit value and every multiplier
 is below 2^30, so no product reaches 2^63 (torch defines no wrap-around for int64).
@@ -43,22 +47,23 @@ def pcg_hash(x: torch.Tensor) -> torch.Tensor:
 
 
 def fold32(x: torch.Tensor, offset: torch.Tensor | int = 0) -> torch.Tensor:
-    """A 64-bit key (an int64, negative allowed) as a 32-bit value: the high half added to the hash of the low
-    one (plus `offset`, so the two chains of `row_keys` fold a key two independent ways; broadcast)."""
+    """A 64-bit key part (an int64, negative allowed) as a 32-bit value: the high half added to the hash of the
+    low one (plus `offset`, so the two chains of `row_keys` fold a part two independent ways; broadcast)."""
     return pcg_hash((((x >> 32) & MASK32) + pcg_hash((x + offset) & MASK32)) & MASK32)
 
 
 def row_keys(seeds: torch.Tensor, step: torch.Tensor | int, positions: torch.Tensor) -> torch.Tensor:
     """The 64-bit key of each row drawn, as two 32-bit halves: seeds (B,), the step (a scalar or (B,)),
-    positions (B, R) -> (B, R, 2). Two chains over the same parts, the second started from another offset,
-    so two rows share a key with probability ~2^-64, not the 2^-32 of one chain. The chains run side by
-    side, along the last dimension."""
+    positions (B, R) -> (B, R, 2). Each chain hashes the seed, then adds the step and hashes, then adds the
+    position and hashes: a chain is a sequence, so swapping the step and the position gives another key.
+    The second chain starts from another offset, so two rows share a key with probability ~2^-64, not the
+    2^-32 of one chain. The chains run side by side, along the last dimension."""
     offsets = torch.arange(2, dtype=torch.long, device=positions.device) * _STREAM_2
     step = torch.as_tensor(step, dtype=torch.long, device=positions.device)
     step = step.view(-1, 1, 1) if step.dim() else step
-    key = fold32(positions.unsqueeze(-1), offsets)
-    key = pcg_hash((fold32(step, offsets) + key) & MASK32)
-    return pcg_hash((fold32(seeds.view(-1, 1, 1), offsets) + key) & MASK32)
+    key = fold32(seeds.view(-1, 1, 1), offsets)
+    key = pcg_hash((key + fold32(step, offsets)) & MASK32)
+    return pcg_hash((key + fold32(positions.unsqueeze(-1), offsets)) & MASK32)
 
 
 def parallel_draw_keys(seeds: torch.Tensor, positions: int) -> torch.Tensor:
@@ -76,10 +81,12 @@ def keys_at(table: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
 
 
 def counter_uniforms(keys: torch.Tensor, vocab_size: int, workspace: NoiseWorkspace | None = None) -> torch.Tensor:
-    """float64 uniforms in (0, 1), (*keys.shape[:-1], vocab_size): 52 random bits each, 32 from the hash of
-    (the key's first half + token id) and 20 from the second's, on the k/2^52 grid shifted by half a step
-    (exact in float64, so neither 0 nor 1 occurs: Gumbel noise -log(-log u) stays finite). Both halves are
-    hashed in one tensor (*keys.shape[:-1], 2, vocab_size): each elementwise op runs once, not twice.
+    """float64 uniforms in (0, 1), (*keys.shape[:-1], vocab_size): 52 random bits each, the 32 of lane 0 and
+    20 of lane 1, lane a = pcg(pcg(k_a + token) + k_(1-a)) (mod 2^32 throughout): every bit depends on both
+    halves of the key and the token, so rows whose first halves differ by d are not shifted copies of each
+    other (they would be with one half per lane). On the k/2^52 grid shifted by half a step (exact in
+    float64, so neither 0 nor 1 occurs: Gumbel noise -log(-log u) stays finite). Both lanes are hashed in
+    one tensor (*keys.shape[:-1], 2, vocab_size): each elementwise op runs once, not twice.
 
     `workspace` (eager callers: the dynamic sampler, the eager static step): the hash runs in place in its
     fixed buffers, and the result is a view of its output buffer (valid until the next call). On a CPU that
@@ -91,11 +98,15 @@ def counter_uniforms(keys: torch.Tensor, vocab_size: int, workspace: NoiseWorksp
         out = None
     else:
         bits, scratch, out = workspace.buffers(shape, keys.device)
-    # pcg_hash((key + token) mod 2^32): its first step, (x * A + C) mod 2^32, is taken as the row's part plus the
-    # token's part (key * A + C) + token * A before the one mod (the same value: no product reaches 2^63)
+    # pcg_hash(x) is its output permutation of (x * A + C) mod 2^32; for x = key + token (and later x = inner +
+    # other half) that is the row's part (key * A + C) plus the token's (or inner's) part times A, summed before
+    # the one mod: the same value, as no product reaches 2^63
     token_part = torch.arange(vocab_size, dtype=torch.long, device=keys.device) * _PCG_MULTIPLIER
-    torch.add((keys * _PCG_MULTIPLIER + _PCG_INCREMENT).unsqueeze(-1), token_part, out=bits)
-    _pcg_output_(bits.bitwise_and_(MASK32), scratch)
+    row_part = (keys * _PCG_MULTIPLIER + _PCG_INCREMENT).unsqueeze(-1)
+    torch.add(row_part, token_part, out=bits)
+    _pcg_output_(bits.bitwise_and_(MASK32), scratch)  # inner_a = pcg(k_a + token)
+    other = row_part.flip(-2)
+    _pcg_output_(bits.mul_(_PCG_MULTIPLIER).add_(other).bitwise_and_(MASK32), scratch)  # pcg(inner_a + k_(1-a))
     high, low = bits.unbind(-2)
     bits = high.bitwise_left_shift_(20).bitwise_or_(low.bitwise_right_shift_(12))  # 32 + 20 = 52 bits
     uniform = bits.to(torch.float64) if out is None else out.copy_(bits)

@@ -8,9 +8,11 @@
 A batch's samples may each ask for something else: `prompt`, `infill`, `length`, `order` and `seed` take
 one value for every sample or a list with one per sample (`from_requests` builds such a request from
 request objects, a requests file's lines), and a sample's tokens depend on its own options and seed
-only. The other options (steps, schedule, counts, temperature, top_p, top_k) are the batch's.
-`sample_batches` samples many requests (`aogpt sample --requests`, the harnesses) in fixed-size batches;
-`check_requests` plans each one alone first, so a bad one is named before any sampling.
+only. The other options (steps, schedule, counts, temperature, top_p, top_k) are the batch's: requests
+that differ in them never share a batch. `sample_batches` samples many requests (`aogpt sample
+--requests`, the harnesses) in fixed-size batches, `sample_requests` all of them as one result in their
+order (the API's `requests`); `check_requests` plans each one alone first, so a bad one is named before
+any sampling.
 
 `plan` checks every option against the model's args (positions, vocabulary), turns text spans into
 token ids and decides, once, what the run runs with on `device` (choices.py: how each step runs, the
@@ -30,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..errors import UserError, check_types, flag_name, is_int, is_number, keyword_name
+from ..seeding import MAX_SEED, sample_seed
 from .requests_file import PER_RUN, PER_SAMPLE, batches
 
 if TYPE_CHECKING:
@@ -104,13 +107,14 @@ def about(name: str):
 class SampleRequest:
     """What a caller asks the sampler for; None means "not given" (the default applies).
 
-    num_samples None: one per item of the per-sample lists (else 1). length None: all the model's
-    positions; steps None: one step per generated token (of each sample); schedule and counts None:
-    SampleConfig's defaults (and `speculative` refuses them when given). `order` is `random`, `l2r`, or
-    (Python only) a tensor of the positions to generate, (m,) or (B, m), in the order to generate them.
-    `infill` is the JSON of `aogpt sample --infill` (a string, '@FILE', the parsed dict, or its list of
-    spans; see sampler/prompt.py). `seed`: sample i's is seed + i, or one per sample in a list.
-    PER_SAMPLE fields take one value or a list with one per sample (None items: that sample's default)."""
+        num_samples None: one per item of the per-sample lists (else 1). length None: all the model's
+        positions; steps None: one step per generated token (of each sample); schedule and counts None:
+        SampleConfig's defaults (and `speculative` refuses them when given). `order` is `random`, `l2r`, or
+        (Python only) a tensor of the positions to generate, (m,) or (B, m), in the order to generate them.
+        `infill` is the JSON of `aogpt sample --infill` (a string, '@FILE', the parsed dict, or its list of
+        spans; see sampler/prompt.py). `seed`: sample i's is seeding.sample_seed(seed, i) (sample 0's is seed
+    itself), or one per sample in a list.
+        PER_SAMPLE fields take one value or a list with one per sample (None items: that sample's default)."""
 
     num_samples: int | None = None
     length: int | list | None = None
@@ -138,37 +142,52 @@ class SampleRequest:
         return cls(**(read | given))
 
     @classmethod
-    def from_requests(cls, items: list[dict], **given) -> SampleRequest:
-        """One batch from request objects (a requests file's lines: per-sample fields and run options):
-        each per-sample field a list with one value per item; a run option every item gives must be the
-        same in all of them. `given` fills what the items leave out (a seed s gives item i without its
-        own seed s + i); one that gives a prompt or infill for every sample is refused."""
+    def for_requests(cls, spell: Callable[[str], str] = keyword_name, **given) -> SampleRequest:
+        """The options that requests leave out (`given`), checked: each of a type it takes, and none that the
+        requests give one each (a per-sample keyword as a list, or a prompt, infill or num_samples for every
+        sample)."""
         request = cls(**given)
+        request._check_types(spell)
+        if is_int(request.seed) and not 0 <= request.seed <= MAX_SEED:  # the requests' own: checked with each
+            raise UserError(f"{spell('seed')} {request.seed} is outside the allowed range 0..2**64-1", "seed")
+        for name in ("prompt", "infill", "num_samples"):
+            if given.get(name) is not None:
+                raise UserError(
+                    f"{spell(name)} is given for every sample and the requests give one each; drop it", name
+                )
+        for name in PER_SAMPLE:
+            if request._listed(name) is not None:
+                raise UserError(
+                    f"{spell(name)} is a list (one per sample) and the requests give each sample its own; give one "
+                    "value for the requests that leave it out, or put each in its request",
+                    name,
+                )
+        return request
+
+    @classmethod
+    def from_requests(cls, items: list[dict], **given) -> SampleRequest:
+        """One batch from request objects that share their run options (a group of `requests_file.batches`):
+        each per-sample field a list with one value per item, each run option the one value the items share.
+        `given` fills what the items leave out (`for_requests`; a seed s gives item i without its own seed
+        sample i of s's)."""
+        request = cls.for_requests(**given)
         for item in items:
             unknown = sorted(set(item) - set(PER_SAMPLE) - set(PER_RUN))
             if unknown:
                 raise UserError(
                     f"a request has no field {unknown[0]!r}; allowed: {', '.join(PER_SAMPLE + PER_RUN)}", unknown[0]
                 )
-        for name in ("prompt", "infill", "num_samples"):
-            if given.get(name) is not None:
-                raise UserError(f"{name} is given for every sample and the requests give one each; drop it", name)
-        base_seed = request.seed if is_int(request.seed) else 0
+        if len({tuple(item.get(k) for k in PER_RUN) for item in items}) > 1:
+            raise ValueError("from_requests takes requests that share their run options (requests_file.batches)")
+        base_seed = request.seed
         for name in PER_RUN:
-            values = {repr(item[name]) for item in items if item.get(name) is not None}
-            if len(values) > 1:
-                raise UserError(
-                    f"the requests differ in {name} ({', '.join(sorted(values))}); one batch runs one value: "
-                    "give it as an option, or sample them in separate calls",
-                    name,
-                )
-            if values:
-                setattr(request, name, next(item[name] for item in items if item.get(name) is not None))
+            if items[0].get(name) is not None:
+                setattr(request, name, items[0][name])
         for name in PER_SAMPLE:
             default = getattr(request, name)
             values = [item.get(name) for item in items]
             if name == "seed":
-                values = [base_seed + i if v is None else v for i, v in enumerate(values)]
+                values = [sample_seed(base_seed, i) if v is None else v for i, v in enumerate(values)]
             elif default is not None:
                 values = [default if v is None else v for v in values]
             if any(v is not None for v in values):
@@ -248,6 +267,12 @@ class SampleRequest:
     def _batch_size(self, spell: Callable[[str], str]) -> int:
         """num_samples, or the length of the per-sample lists (which must agree)."""
         sizes = {name: len(v) for name in PER_SAMPLE if isinstance(v := self._listed(name), list)}
+        for name, size in sizes.items():
+            if size == 0:
+                raise UserError(
+                    f"{spell(name)} is an empty list; allowed: one value for every sample, or a list with one per sample",
+                    name,
+                )
         if self.num_samples is not None and self.num_samples < 1:
             raise UserError(f"num_samples={self.num_samples} must be >= 1", "num_samples")
         first = next(iter(sizes), None)
@@ -375,12 +400,34 @@ def check_requests(
     """Every request planned alone against the model (no weights): the first bad one is one UserError naming
     `path`, its line and the field (spelled as the request spells it), before any sampling. `base`: the
     options the requests leave out; `plan(request, spell)`: its checked plan."""
-    base_seed = base.seed if isinstance(base.seed, int) else 0
     for request in requests:
         try:
-            plan(SampleRequest.from_requests([request.seeded(base_seed)], **_options(base)), keyword_name)
+            plan(SampleRequest.from_requests([request.seeded(base.seed)], **_options(base)), keyword_name)
         except UserError as e:
             raise UserError(f"{request.where(path, e.field)}: {e}", e.field) from None
+
+
+TOKEN_OPTIONS = (
+    "seed",
+    "length",
+    "order",
+    "steps",
+    "schedule",
+    "counts",
+    "temperature",
+    "top_p",
+    "top_k",
+    "speculative",
+)
+
+
+def token_options(request: RequestLine, base: SampleRequest, max_positions: int) -> dict:
+    """The options that shape `request`'s tokens, as it is sampled: its own fields, else `base`'s (its seed
+    derived from base's), the length resolved (prompt and infill are the request's own fields)."""
+    seeded = request.seeded(base.seed)
+    options = {name: seeded.get(name, getattr(base, name)) for name in TOKEN_OPTIONS}
+    options["length"] = options["length"] or max_positions
+    return options
 
 
 def _options(request: SampleRequest) -> dict:
@@ -396,12 +443,68 @@ def sample_batches(
     size: int,
     fixed_shape: bool = False,
 ) -> Iterator[tuple[list[RequestLine], Samples]]:
-    """The requests sampled `size` at a time (`batches`): yields each batch's requests and its Samples, row b
-    of which is the batch's request b. `base`: the options the requests leave out; `plan`: a request's
-    checked plan. `fixed_shape`: a short batch is padded to `size` with copies of its first request (their
-    results dropped), so a static step keeps one batch shape (its buffers, its graphs)."""
-    base_seed = base.seed if isinstance(base.seed, int) else 0
+    """The requests sampled `size` at a time, each batch requests that share their run options (`batches`):
+    yields each batch's requests and its Samples, row b of which is the batch's request b. `base`: the
+    options the requests leave out (checked first: `check_requests`); `plan`: a request's checked plan.
+    `fixed_shape`: a short batch is padded to `size` with copies of its first request (their results
+    dropped), so a static step keeps one batch shape (its buffers, its graphs)."""
     for group in batches(requests, size):
         rows = group + [group[0]] * (size - len(group)) if fixed_shape else group
-        batch = SampleRequest.from_requests([r.seeded(base_seed) for r in rows], **_options(base))
+        batch = SampleRequest.from_requests([r.seeded(base.seed) for r in rows], **_options(base))
         yield group, run_plan(model, plan(batch), decode)
+
+
+def sample_requests(
+    model: AOGPT,
+    requests: list[RequestLine],
+    base: SampleRequest,
+    plan: Callable[[SampleRequest], SamplePlan],
+    decode: Callable[[list[int]], str],
+) -> Samples:
+    """Every request sampled with its own options (those sharing their run options in one batch), as one
+    Samples in the requests' order: row i is request i, its tokens those of the request sampled alone."""
+    import torch
+
+    from .generation import GenerationResult
+
+    parts = list(sample_batches(model, requests, base, plan, decode, len(requests)))
+    if len(parts) == 1:
+        return parts[0][1]
+    n = max(samples.tokens.shape[1] for _, samples in parts)
+    where = {request.index: (p, b) for p, (group, _) in enumerate(parts) for b, request in enumerate(group)}
+    rows = [where[i] for i in range(len(requests))]
+
+    def merged(get, pad) -> torch.Tensor:
+        out = []
+        for p, b in rows:
+            row = get(parts[p][1].result)[b]
+            out.append(torch.cat([row, pad(row.shape[0])]) if row.dim() else row)
+        return torch.stack(out)
+
+    results = [samples.result for _, samples in parts]
+    tokens = merged(lambda r: r.tokens, lambda m: torch.full((n - m,), -1, dtype=torch.long))
+    result = GenerationResult(
+        tokens=tokens,
+        orders=merged(lambda r: r.orders, lambda m: torch.arange(m, n)),
+        given=merged(lambda r: r.given, None),
+        lengths=merged(lambda r: r.lengths, None),
+        steps=max(r.steps for r in results),
+        forward_passes=sum(r.forward_passes for r in results),
+        seconds=sum(r.seconds for r in results),
+        compile_seconds=sum(r.compile_seconds for r in results),
+    )
+    texts = [parts[p][1].texts[b] for p, b in rows]
+    speculative = {}
+    if parts[0][1].speculative:  # exact totals over the batches, from each one's counts
+        stats = [samples.speculative for _, samples in parts]
+        sample_forwards = sum(r.forward_passes * r.tokens.shape[0] for r in results)
+        checked, accepted = (sum(st[key] for st in stats) for key in ("drafts_checked", "drafts_accepted"))
+        speculative = {
+            "speculative": stats[0]["speculative"],
+            "tokens_per_forward": round(result.generated_tokens / max(sample_forwards, 1), 4),
+            "draft_acceptance_rate": round((accepted + 1) / (checked + 2), 4),
+            "drafts_checked": checked,
+            "drafts_accepted": accepted,
+            "draft_sizes": sorted({k for st in stats for k in st["draft_sizes"]}),
+        }
+    return Samples(tokens, texts, result, speculative)

@@ -89,6 +89,8 @@ class SpeculativeStats:
         return {
             "tokens_per_forward": round(generated / max(forwards, 1), 4),
             "draft_acceptance_rate": round(self.acceptance_rate, 4),
+            "drafts_checked": self.drafts_checked,
+            "drafts_accepted": self.drafts_accepted,
             "draft_sizes": sorted(set(self.draft_sizes)),
         }
 

@@ -18,7 +18,7 @@ pytest.importorskip("lm_eval")
 
 from lm_eval.api.instance import Instance  # noqa: E402
 
-from aogpt_plugin.cli import main  # noqa: E402
+from aogpt_plugin.cli import lm_eval_argv, main  # noqa: E402
 from aogpt_plugin.errors import UserError  # noqa: E402
 from aogpt_plugin.eval.lm_eval_model import AOGPTLM  # noqa: E402
 from aogpt_plugin.likelihood import token_nlls  # noqa: E402
@@ -197,7 +197,6 @@ def test_generate_until_batched_gives_the_scores_and_texts_of_batch_1(tmp_path, 
         ("pretrained={dir},bogus_key=1", "model_args bogus_key=1 is not an aogpt model argument; allowed: pretrained,"),
         ("order=l2r", "model_args has no pretrained=OUT_DIR"),
         ("pretrained={missing}", "model directory '{missing}' does not exist"),  # not blamed on the device
-        ("pretrained={dir},batch_size=4", "model_args batch_size= is also set by lm_eval's own --batch_size"),
         ("pretrained={dir},verify=maybe", "model_args verify='maybe' is not allowed; allowed: true, false"),
     ],
 )
@@ -209,6 +208,22 @@ def test_bad_model_args_through_aogpt_lm_eval_are_one_line(capsys, tmp_path, mod
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert code == 2 and len(errors) == 1 and "Traceback" not in err, err[-2000:]
     assert message.format(missing=missing) in errors[0]
+
+
+def test_batch_size_in_model_args_moves_to_lm_evals_flag_or_is_refused_with_both_values(capsys, model_dir):
+    """lm_eval hands the model its own --batch_size: given in model_args alone it becomes that flag; given in
+    both, one line names both values (it was refused whatever lm_eval's flag said, with an empty value)."""
+    args = ["--model", "aogpt", "--model_args", "pretrained=D,batch_size=4,order=l2r", "--tasks", "t"]
+    assert lm_eval_argv(args) == [
+        *["--model", "aogpt", "--model_args", "pretrained=D,order=l2r", "--tasks", "t"],
+        *["--batch_size", "4", "--device", "auto"],
+    ]
+    code = main(["lm-eval", *args[:2], "--model_args", f"pretrained={model_dir},batch_size=4", "--batch_size", "8"])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith(("error:", "Traceback"))]
+    assert code == 2 and errors == [
+        "error: model_args batch_size=4 and lm_eval's --batch_size 8 both set the batch size; give it once, as "
+        "--batch_size"
+    ]
 
 
 def test_verify_false_loads_a_changed_folder_that_verify_refuses(tmp_path, model_dir):

@@ -11,6 +11,7 @@ import torch
 from aogpt_plugin.errors import UserError
 from aogpt_plugin.sampler import Prompt, SampleConfig, SamplingParams, generate
 from aogpt_plugin.sampler.generation import speculative_generate
+from aogpt_plugin.seeding import sample_seed
 
 N = 23
 # one request per row: (given tokens, length, seed, order)
@@ -87,12 +88,24 @@ def test_graphs_modes_sample_the_same_mixed_batch(ao_model):
 
 
 def test_a_sample_is_the_same_at_any_batch_size_and_position(ao_model):
-    """Seed s, s + 1, ...: sample 2 of a batch of 4 seeded 10 is the sample seeded 12 alone, and the first
-    of a batch seeded 12."""
+    """Sample i of a batch seeded s is seeded sample_seed(s, i): sample 2 of a batch of 4 seeded 10 is the
+    sample of that seed alone, and the first of a batch seeded with it; sample 0 is the batch of one seeded s."""
     run = lambda batch, seed: generate(ao_model, SampleConfig(length=N, steps=6, num_samples=batch, seed=seed))
     four = run(4, 10)
-    assert four.tokens[2].tolist() == run(1, 12).tokens[0].tolist() == run(3, 12).tokens[0].tolist()
+    two = sample_seed(10, 2)
+    assert four.tokens[2].tolist() == run(1, two).tokens[0].tolist() == run(3, two).tokens[0].tolist()
+    assert four.tokens[0].tolist() == run(1, 10).tokens[0].tolist()
     assert four.tokens[1].tolist() != four.tokens[2].tolist()  # neighbours differ
+
+
+def test_batches_of_neighbouring_seeds_share_no_sample(ao_model):
+    """The habit of stepping the seed by one per call: the batches seeded 10 and 11 have no sample in common
+    (seeds s + i would have given them all but one), nor any sample seeds."""
+    run = lambda seed: generate(ao_model, SampleConfig(length=N, steps=6, num_samples=8, seed=seed)).tokens
+    a, b = run(10), run(11)
+    assert not {tuple(r) for r in a.tolist()} & {tuple(r) for r in b.tolist()}
+    seeds = {s: SampleConfig(length=N, num_samples=500, seed=s).sample_seeds() for s in range(20)}
+    assert len({x for v in seeds.values() for x in v}) == 20 * 500
 
 
 @pytest.mark.parametrize("draft", [3, "auto"])

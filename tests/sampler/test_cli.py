@@ -10,6 +10,7 @@ from conftest import tiny_model
 
 from aogpt_plugin.cli import main
 from aogpt_plugin.model_dir import save_model
+from aogpt_plugin.seeding import sample_seed
 
 
 @pytest.fixture(scope="module")
@@ -211,7 +212,7 @@ def run_requests(capsys, model, requests, out, *extra):
 
 def test_requests_give_each_request_what_aogpt_sample_gives_it_alone(capsys, tmp_path, symbols_dir):
     """One result a line in input order; line i holds the tokens `aogpt sample` draws for request i alone
-    (its options as flags, its seed its own or --seed + i), whatever the batch size."""
+    (its options as flags, its seed its own or sample i of --seed's), whatever the batch size."""
     requests = write_requests(tmp_path / "r.jsonl")
     out_file = tmp_path / "out.jsonl"
     code, out, err = run_requests(
@@ -224,7 +225,8 @@ def test_requests_give_each_request_what_aogpt_sample_gives_it_alone(capsys, tmp
     results = [json.loads(line) for line in out_file.read_text().splitlines()]
     assert [r["index"] for r in results] == list(range(7))
     for i, (request, result) in enumerate(zip(REQUESTS, results, strict=True)):
-        flags = ["--seed", str(request.get("seed", 100 + i)), "--length", str(request.get("length", 24))]
+        seed = request.get("seed", sample_seed(100, i))
+        flags = ["--seed", str(seed), "--length", str(request.get("length", 24))]
         for key in ("prompt", "order", "temperature"):
             flags += [f"--{key}", str(request[key])] if key in request else []
         if "infill" in request:
@@ -233,7 +235,8 @@ def test_requests_give_each_request_what_aogpt_sample_gives_it_alone(capsys, tmp
         code, alone, err = run_cli(capsys, ["sample", "--model", symbols_dir, "--json", "--no-progress", *flags])
         assert code == 0, err
         assert json.loads(alone)["tokens"][0] == result["tokens"], i
-        assert result["seed"] == request.get("seed", 100 + i) and result["length"] == len(result["tokens"])
+        assert result["seed"] == seed and result["length"] == len(result["tokens"])
+        assert result["request"] == request and result["options"]["seed"] == seed
     assert results[0]["tokens"][:3] == [5, 6, 7] and results[1]["tokens"][3:5] == [9, 10]
 
 

@@ -11,6 +11,7 @@ from aogpt_plugin.sampler import Prompt, SampleConfig, SamplingParams, generate
 from aogpt_plugin.sampler.generation import noise_seed
 from aogpt_plugin.sampler.noise import PARALLEL_DRAW, row_keys
 from aogpt_plugin.sampler.sampling import sample_tokens
+from aogpt_plugin.seeding import sample_seed
 
 
 def recomputed_logits(model, result) -> list[torch.Tensor]:
@@ -98,7 +99,7 @@ def test_random_order_full_steps_is_teacher_forced_ao_sampling(ao_model):
     result = generate(ao_model, SampleConfig(length=n, steps=n, num_samples=batch, seed=seed))
     order = result.orders
     assert not torch.equal(order[0], order[1])  # per-sample random orders
-    noise_keys = torch.tensor([noise_seed(seed + b) for b in range(batch)])  # sample b's seed is seed + b
+    noise_keys = torch.tensor([noise_seed(sample_seed(seed, b)) for b in range(batch)])  # sample b's seed
     tokens = torch.zeros(batch, n, dtype=torch.long)
     rows = torch.arange(batch)
     for j in range(n):

@@ -85,6 +85,90 @@ def test_the_check_fails_for_parallel_sampling_so_it_can_fail(toy):
     assert chi_square_p(samples, exact_joint(toy, SAMPLINGS[0])) < 1e-6
 
 
+# Where the noise's keys once collided: speculative rounds draw at steps 1 + 3 x round + purpose, and with the
+# step and the position folded alike and added, (step a, position p) and (step p, position a) shared one noise
+# vector. At n = 6 that is most of a sample's draws (a fifth of the samples drew two tokens with one vector),
+# and a vocabulary of 3 makes the law of x enumerable (729 sequences) and the damage visible.
+N6, V3, ORDERS6, SAMPLES6 = 6, 3, 60, 100_020
+
+
+@pytest.fixture(scope="module")
+def toy6():
+    return tiny_model("adaln", vocab_size=V3, max_seq_len=N6, scale=4.0, seed=3, preset="sampler")
+
+
+@pytest.fixture(scope="module")
+def orders6():
+    """60 orders (seeded draws), sample b filling order b mod 60: the law of x is their exact mixture."""
+    perms = torch.stack([torch.randperm(N6, generator=torch.Generator().manual_seed(k)) for k in range(ORDERS6)])
+    return perms, perms.repeat(SAMPLES6 // ORDERS6, 1)
+
+
+@pytest.fixture(scope="module")
+def law6(toy6, orders6):
+    """p(x) = mean over the 60 orders of prod_j q(x_sigma(j) | x_sigma(<j)), all 3^6 sequences."""
+    perms = orders6[0]
+    seqs = torch.tensor(list(itertools.product(range(V3), repeat=N6)))
+    x, order = seqs.repeat(ORDERS6, 1), perms.repeat_interleave(len(seqs), 0)
+    with torch.inference_mode():
+        scores = filtered_scores(toy6(x, order), V3, SamplingParams())
+    logp = scores.double().log_softmax(-1).gather(-1, x.gather(1, order).unsqueeze(-1)).squeeze(-1).sum(1)
+    return logp.exp().view(ORDERS6, -1).mean(0)
+
+
+def commuting_row_keys(seeds, step, positions):
+    """The keys before the fix (the negative control): step and position folded alike and added."""
+    from aogpt_plugin.sampler.noise import _STREAM_2, MASK32, fold32, pcg_hash
+
+    offsets = torch.arange(2) * _STREAM_2
+    step = torch.as_tensor(step, dtype=torch.long)
+    step = step.view(-1, 1, 1) if step.dim() else step
+    key = fold32(positions.unsqueeze(-1), offsets)
+    key = pcg_hash((fold32(step, offsets) + key) & MASK32)
+    return pcg_hash((fold32(seeds.view(-1, 1, 1), offsets) + key) & MASK32)
+
+
+def law_p(samples: torch.Tensor, law: torch.Tensor) -> float:
+    """Chi-square p-value of the samples' sequences against the law (729 cells, every expected count >= 5 here)."""
+    index = (samples * torch.tensor([V3 ** (N6 - 1 - k) for k in range(N6)])).sum(1)
+    counts = torch.bincount(index, minlength=V3**N6).double()
+    expected = law * len(samples)
+    assert float(expected.min()) >= 5
+    return float(stats.chisquare(counts.numpy(), (expected * counts.sum() / expected.sum()).numpy()).pvalue)
+
+
+def draw6(model, orders, draft=None, seed=2026):
+    config = SampleConfig(length=N6, steps=N6, num_samples=SAMPLES6, seed=seed)
+    if draft is None:
+        return generate(model, config, order=orders).tokens
+    return speculative_generate(model, config, draft=draft, order=orders)[0].tokens
+
+
+@pytest.mark.slow  # two runs of 100k samples, 1-4 minutes; the keys themselves: tests/sampler/test_noise.py
+def test_speculative_sampling_is_exact_where_the_old_keys_collided_and_the_old_keys_fail(
+    toy6, orders6, law6, monkeypatch
+):
+    """Draft 3 (every draft size and auto: the slow test below) follows the law of x; the same run with the
+    keys before the fix does not (p was 1e-116 on this model), so the test can fail where the bug was."""
+    assert law_p(draw6(toy6, orders6[1], 3), law6) > 1e-3
+    monkeypatch.setattr("aogpt_plugin.sampler.generation.row_keys", commuting_row_keys)
+    assert law_p(draw6(toy6, orders6[1], 3), law6) < 1e-9
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("draft", [None, 1, 2, 4, 5, 6, "auto"])
+def test_every_draft_size_and_the_plain_sampler_follow_the_law_where_keys_once_collided(toy6, orders6, law6, draft):
+    """The positive control (None: the T = n sampler, which draws each position once) and every draft size."""
+    assert law_p(draw6(toy6, orders6[1], draft), law6) > 1e-3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("draft", [2, 4, 6, "auto"])
+def test_the_old_keys_fail_the_law_at_every_draft_size(toy6, orders6, law6, draft, monkeypatch):
+    monkeypatch.setattr("aogpt_plugin.sampler.generation.row_keys", commuting_row_keys)
+    assert law_p(draw6(toy6, orders6[1], draft), law6) < 1e-9
+
+
 @pytest.mark.parametrize("draft", [1, 2, 3, 5, 8, "auto"])
 @pytest.mark.parametrize("batch", [1, 4])
 def test_never_more_forwards_than_tokens_and_every_token_counted(ao_model, draft, batch):

@@ -100,16 +100,75 @@ def test_row_keys_take_any_int64_seed():
     assert len({tuple(k) for k in keys.view(3, 2).tolist()}) == 3
 
 
-def test_the_uniforms_are_the_hash_of_key_plus_token_whichever_buffers_hold_them():
-    """The draw's definition, spelled out with `pcg_hash`: high = pcg(k0 + token), low = pcg(k1 + token), both mod
-    2^32, u = ((high << 20 | low >> 12) + 0.5) / 2^52; the fast path (one mod after the row's and the token's
-    parts, in place) and a workspace give exactly these values, keys at the 32-bit edge included."""
+def test_the_uniforms_hash_the_whole_key_with_the_token_whichever_buffers_hold_them():
+    """The draw's definition, spelled out with `pcg_hash`: lane a = pcg(pcg(k_a + token) + k_(1-a)), all mod
+    2^32, u = ((lane0 << 20 | lane1 >> 12) + 0.5) / 2^52; the fast path (one mod after the row's and the
+    token's parts, in place) and a workspace give exactly these values, keys at the 32-bit edge included."""
     keys = torch.tensor([[[0, MASK32]], [[MASK32, 7]], [[12345, 2**31]]])
     vocab = 70_000  # key + token passes 2^32: the mod matters
     token = torch.arange(vocab)
-    high = pcg_hash((keys[..., :1] + token) & MASK32)
-    low = pcg_hash((keys[..., 1:] + token) & MASK32)
+    k0, k1 = keys[..., :1], keys[..., 1:]
+    high = pcg_hash((pcg_hash((k0 + token) & MASK32) + k1) & MASK32)
+    low = pcg_hash((pcg_hash((k1 + token) & MASK32) + k0) & MASK32)
     expected = (((high << 20) | (low >> 12)).double() + 0.5) * 2.0**-52
     assert torch.equal(counter_uniforms(keys, vocab), expected)
     assert torch.equal(counter_uniforms(keys, vocab, NoiseWorkspace()), expected)
     assert not torch.equal(counter_uniforms(keys.flip(0), vocab), expected)
+
+
+def _one_half_per_lane(keys: torch.Tensor, vocab: int) -> torch.Tensor:
+    """The uniforms of the earlier hash, each lane of one key half alone: high = pcg(k0 + token), low =
+    pcg(k1 + token) (the negative control: rows whose first halves differ by d are shifted copies)."""
+    token = torch.arange(vocab)
+    high = pcg_hash((keys[..., :1] + token) & MASK32)
+    low = pcg_hash((keys[..., 1:] + token) & MASK32)
+    return (((high << 20) | (low >> 12)).double() + 0.5) * 2.0**-52
+
+
+def test_rows_whose_first_key_halves_differ_by_a_little_are_not_shifted_copies():
+    """Rows i, j with k0_j = k0_i + d (d < vocabulary) and other second halves: u_j(t) is not u_i(t + d) to
+    within 2^-32 at any token (it was, at every token, with one key half per lane: the control), so two
+    such rows draw independently instead of x_j = x_i - d."""
+    vocab, rng = 4096, torch.Generator().manual_seed(0)
+    base = torch.randint(0, 2**32 - vocab, (64, 1), generator=rng)
+    d = torch.randint(1, 100, (64, 1), generator=rng)
+    rows_i = torch.stack([base, torch.randint(0, 2**32, (64, 1), generator=rng)], -1)  # (64, 1, 2)
+    rows_j = torch.stack([base + d, torch.randint(0, 2**32, (64, 1), generator=rng)], -1)
+
+    def closest_shifted(draw) -> float:
+        u_i, u_j = draw(rows_i, vocab)[:, 0], draw(rows_j, vocab)[:, 0]
+        gaps = [(u_j[r, : vocab - k] - u_i[r, k:]).abs().max().item() for r, k in enumerate(d.view(-1).tolist())]
+        return min(gaps)
+
+    assert closest_shifted(counter_uniforms) > 0.5  # independent rows: the largest gap is near 1
+    assert closest_shifted(_one_half_per_lane) < 2.0**-31  # the control is caught
+
+
+def test_row_keys_are_distinct_over_a_grid_and_the_step_and_position_do_not_commute():
+    """No two distinct (seed, step, position) of a grid share a key, and in particular (step a, position p)
+    and (step p, position a) do not: with the step and position folded alike and added, they did, and
+    speculative rounds drew two tokens of a sample with one noise vector."""
+    s = torch.tensor([7])
+    assert not torch.equal(row_keys(s, 3, torch.tensor([[7]])), row_keys(s, 7, torch.tensor([[3]])))
+    seeds = torch.arange(32) * 977
+    steps, positions = torch.arange(40), torch.arange(40)
+    keys = torch.stack([row_keys(seeds, int(t), positions.expand(32, -1)) for t in steps])  # (step, seed, pos, 2)
+    flat = keys.view(-1, 2)
+    assert len({tuple(k) for k in flat.tolist()}) == flat.shape[0] == 32 * 40 * 40
+    each_half = [len(set(flat[:, h].tolist())) for h in (0, 1)]
+    assert all(n > 0.99 * flat.shape[0] for n in each_half)  # 51k 32-bit values: ~0.03% collide by chance
+
+
+def test_the_grid_check_catches_keys_whose_parts_commute():
+    """The control: the earlier fold (step and position folded alike, then added) gives the swapped pairs
+    one key, which the check above counts."""
+    from aogpt_plugin.sampler.noise import _STREAM_2, fold32
+
+    def commuting(seeds, step, positions):
+        offsets = torch.arange(2) * _STREAM_2
+        key = fold32(positions.unsqueeze(-1), offsets)
+        key = pcg_hash((fold32(torch.tensor(step), offsets) + key) & MASK32)
+        return pcg_hash((fold32(seeds.view(-1, 1, 1), offsets) + key) & MASK32)
+
+    keys = torch.stack([commuting(torch.tensor([7]), t, torch.arange(40).view(1, -1)) for t in range(40)]).view(-1, 2)
+    assert len({tuple(k) for k in keys.tolist()}) == 40 * 41 // 2  # each (a, p) with its (p, a)

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import re
 
 import pytest
 import torch
 
-from aogpt_plugin.errors import UserError
+from aogpt_plugin.errors import DiskFullError, UserError
 from aogpt_plugin.sampler.request import SampleRequest, check_requests, sample_batches
 from aogpt_plugin.sampler.requests_file import (
     PER_RUN,
@@ -18,6 +20,7 @@ from aogpt_plugin.sampler.requests_file import (
     OrderedResults,
     RequestLine,
     batches,
+    made_from,
     read_requests,
 )
 
@@ -68,9 +71,15 @@ def test_batches_share_their_run_options_and_keep_input_order(tmp_path):
     assert [[r.index for r in b] for b in batches(requests, 2)] == [[0, 3], [6], [1, 2], [4, 5]]
 
 
+def _made_from(total: int, seed: int = 0) -> list[dict]:
+    return [
+        made_from(RequestLine(i, i + 1, {"length": 8 + i}), {"seed": seed + i, "steps": None}) for i in range(total)
+    ]
+
+
 def test_results_come_out_in_input_order_whatever_order_they_finish_in(tmp_path):
     out = tmp_path / "out.jsonl"
-    results = OrderedResults(str(out), total=4)
+    results = OrderedResults(str(out), _made_from(4))
     results.add(2, {"text": "c"})
     results.add(1, {"text": "b"})
     assert out.read_text() == "" and results.written == 0
@@ -78,13 +87,19 @@ def test_results_come_out_in_input_order_whatever_order_they_finish_in(tmp_path)
     assert [json.loads(x)["text"] for x in out.read_text().splitlines()] == ["a", "b", "c"]
     results.add(3, {"text": "d"})
     results.close()
-    assert [json.loads(x)["index"] for x in out.read_text().splitlines()] == [0, 1, 2, 3]
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [x["index"] for x in lines] == [0, 1, 2, 3]
+    assert lines[3]["request"] == {"length": 11} and lines[3]["options"] == {"seed": 3, "steps": None}
 
 
 def test_a_rerun_keeps_the_complete_lines_and_drops_one_cut_mid_write(tmp_path):
     out = tmp_path / "out.jsonl"
-    out.write_text('{"index": 0, "text": "a"}\n{"index": 1, "text": "b"}\n{"index": 2, "te')
-    results = OrderedResults(str(out), total=4)
+    first = OrderedResults(str(out), _made_from(4))
+    first.add(0, {"text": "a"})
+    first.add(1, {"text": "b"})
+    first.close()
+    out.write_text(out.read_text() + '{"index": 2, "te')
+    results = OrderedResults(str(out), _made_from(4))
     assert results.done == {0, 1} and results.written == 2
     results.add(2, {"text": "c"})
     results.close()
@@ -96,17 +111,89 @@ def test_a_rerun_keeps_the_complete_lines_and_drops_one_cut_mid_write(tmp_path):
     [
         ("hello\n", "line 1 is not a result of `aogpt sample --requests`"),
         ('{"index": 1}\n', "line 1 holds request 1, expected 0: it was written for other requests"),
-        ('{"index": 0}\n{"index": 0}\n', "line 2 holds request 0, expected 1"),
-        ('{"index": 0}\n{"index": 1}\n{"index": 2}\n', "line 3 holds request 2, of 2 requests"),
+        ('{"index": 0}\n{"index": 0}\n', "line 1 answers another request: its request is not recorded"),
+        ('{"index": 0}\n{"index": 1}\n{"index": 2}\n', "line 1 answers another request"),
     ],
 )
 def test_a_results_file_of_other_requests_is_refused_and_left_as_it_was(tmp_path, content, message):
     out = tmp_path / "out.jsonl"
     out.write_text(content)
-    total = 2
     with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        OrderedResults(str(out), total=total)
+        OrderedResults(str(out), _made_from(2))
     assert out.read_text() == content
+
+
+@pytest.mark.parametrize(
+    "other, message",
+    [
+        (
+            [made_from(RequestLine(i, i + 1, {"length": 9 + i}), {"seed": i, "steps": None}) for i in range(2)],
+            "line 1 answers another request: its request's 'length' is 9, this run's is 8",
+        ),
+        (_made_from(2, seed=5), "line 1 answers another request: its seed is 5, this run's is 0"),
+        (
+            [
+                made_from(RequestLine(i, i + 1, {"length": 8 + i, "prompt": "x"}), {"seed": i, "steps": None})
+                for i in range(2)
+            ],
+            "line 1 answers another request: its request's 'prompt' is \"x\", this run's is not given",
+        ),
+    ],
+)
+def test_lines_made_from_other_requests_or_options_are_refused_naming_the_first_difference(tmp_path, other, message):
+    """The same number of lines is not enough: a line is kept only when it records this run's request (its own
+    fields) and options; otherwise one error names the line, the field, the old and the new value, and the file
+    is left as it was."""
+    out = tmp_path / "out.jsonl"
+    first = OrderedResults(str(out), other)
+    first.add(0, {"text": "a"})
+    first.close()
+    content = out.read_text()
+    with pytest.raises(UserError, match=re.escape(message) + ".*give another --out, or delete .* to start afresh"):
+        OrderedResults(str(out), _made_from(2))
+    assert out.read_text() == content
+
+
+def test_a_second_writer_in_another_process_is_refused_naming_the_first(tmp_path):
+    """One writer per results file: another process opening it while the first holds it gets one line with
+    the first's pid; once the first closes (or dies: the kernel drops its lock) the file can be taken."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "out.jsonl"
+    results = OrderedResults(str(out), _made_from(2))
+    script = (
+        "import sys; from aogpt_plugin.errors import DiskFullError, UserError; from aogpt_plugin.sampler.requests_file import "
+        "OrderedResults\ntry:\n    OrderedResults(sys.argv[1], [])\nexcept UserError as e:\n    print(e)"
+    )
+    other = subprocess.run([sys.executable, "-c", script, str(out)], capture_output=True, text=True, timeout=60)
+    assert f"is being written by another aogpt process (pid {os.getpid()})" in other.stdout, other.stderr
+    results.close()
+    again = subprocess.run([sys.executable, "-c", script, str(out)], capture_output=True, text=True, timeout=60)
+    assert "being written" not in again.stdout and again.returncode == 0, again.stderr
+
+
+def test_a_full_disk_at_a_write_keeps_the_complete_lines_and_says_so(tmp_path, monkeypatch):
+    """The fault injected at the write (a real full disk: tests/sampler/test_cli.py, slow): the cut line is
+    taken back, the lines before it are kept, and one DiskFullError says how many and how to go on."""
+    import errno
+
+    out = tmp_path / "out.jsonl"
+    results = OrderedResults(str(out), _made_from(3))
+    results.add(0, {"text": "a"})
+    real_write = os.write
+
+    def full(fd, data):
+        real_write(fd, data[:10])  # part of the line lands, then the disk is full
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(DiskFullError, match=r"writing --out .* failed \(No space left on device\); its 1 complete "):
+        results.add(1, {"text": "b"})
+    monkeypatch.undo()
+    results.close()
+    assert [json.loads(x)["text"] for x in out.read_text().splitlines()] == ["a"]
+    assert out.read_text().endswith("\n")
 
 
 def test_a_request_line_takes_the_fields_of_a_sample_request():

@@ -135,16 +135,17 @@ def _kernels_of_a_step(layers: int, conditioning: str = "adaln") -> list[str]:
 def test_a_decode_step_launches_few_kernels_in_and_around_its_layers():
     """A decode step on a GPU is bound by its kernel launches (~2 us each, replayed from a CUDA graph;
     docs/benchmarks.md), so its kernels are pinned: at most 16 a layer (the modulation rows of every layer
-    come from one gather, decoder.BlockModulation) and at most 100 outside the layers (the step's
-    bookkeeping, its mask, the head and the draw). The draw hashes the vocabulary once (both halves of its
-    key in one tensor) and looks its rows' keys up in the run's table (noise.py: `parallel_draw_keys`);
+    come from one gather, decoder.BlockModulation) and at most 106 outside the layers (the step's
+    bookkeeping, its mask, the head and the draw). The draw hashes the vocabulary once (both lanes in one
+    tensor, each lane two PCG rounds so that every bit depends on the whole key and the token: 11 kernels
+    more than one round) and looks its rows' keys up in the run's table (noise.py: `parallel_draw_keys`);
     hashing them in the step cost ~250 kernels more, gathering each layer's rows 1 a layer more."""
     two, four = _kernels_of_a_step(2), _kernels_of_a_step(4)
     per_layer = (len(four) - len(two)) // 2
     outside = len(two) - 2 * per_layer
     print(f"kernels of a decode step: {per_layer} a layer, {outside} outside the layers")  # shown with -s
-    assert per_layer <= 16 and outside <= 100, (per_layer, outside, two)
-    assert sum(op.startswith(("bitwise", "__rshift__", "__and__")) for op in two) <= 10, two
+    assert per_layer <= 16 and outside <= 106, (per_layer, outside, two)
+    assert sum(op.startswith(("bitwise", "__rshift__", "__and__")) for op in two) <= 18, two
 
 
 def test_adaln_costs_a_decode_step_two_kernels_a_layer_over_ar():
