@@ -472,6 +472,90 @@ def rows(tmp: Path) -> list[tuple[str, str, str, str]]:
         lambda: "refused before any work",
     )
     add("`aogpt sample > /dev/full`", "aogpt sample --model {tmp}/model --length 8 --no-progress > /dev/full")
+    # ---- many requests: --requests FILE --out RESULTS -----------------------------------------
+    requests = "".join(json.dumps({"prompt": "The city", "length": 24, "seed": i}) + "\n" for i in range(60))
+    (tmp / "r.jsonl").write_text(requests)
+    (tmp / "r_other.jsonl").write_text(requests.replace("The city", "A river"))
+    sample_requests = "aogpt sample --model {tmp}/model --requests {tmp}/%s --out {tmp}/%s --no-progress --batch-size 4"
+    run(sample_requests.format(tmp=tmp) % ("r.jsonl", "res.jsonl") + " --seed 0", ROOT)
+    res_bytes = lambda: (tmp / "res.jsonl").read_bytes()  # noqa: E731
+    before = res_bytes()
+    add(
+        "`--out` holding the results of another requests file with as many lines",
+        sample_requests % ("r_other.jsonl", "res.jsonl"),
+        lambda: f"results file unchanged: {res_bytes() == before}",
+    )
+    (tmp / "r_noseed.jsonl").write_text(
+        "".join(json.dumps({"prompt": "The city", "length": 24}) + "\n" for i in range(60))
+    )
+    run(sample_requests.format(tmp=tmp) % ("r_noseed.jsonl", "res2.jsonl") + " --seed 0", ROOT)
+    before2 = (tmp / "res2.jsonl").read_bytes()
+    add(
+        "`--out` of the same requests sampled with another `--seed`",
+        sample_requests % ("r_noseed.jsonl", "res2.jsonl") + " --seed 1",
+        lambda: f"results file unchanged: {(tmp / 'res2.jsonl').read_bytes() == before2}",
+    )
+    many = "".join(json.dumps({"length": 24, "seed": i}) + "\n" for i in range(400))
+    (tmp / "r400.jsonl").write_text(many)
+    two_runs = sample_requests % ("r400.jsonl", "two.jsonl") + " --batch-size 1"
+    add(
+        "two runs writing one `--out` at once",
+        f"{two_runs} & P=$!; for i in $(seq 600); do [ -s {{tmp}}/two.jsonl ] && break; sleep 0.1; done; {two_runs}; "
+        "S=$?; wait $P; exit $S",
+        lambda: (
+            "the first run's file: "
+            + f"{sum(1 for _ in open(tmp / 'two.jsonl'))} lines for 400 requests, indices in order: "
+            + str([json.loads(x)["index"] for x in open(tmp / "two.jsonl")] == list(range(400)))
+        ),
+        display=f"{two_runs.format(tmp='D')} (a second one while the first runs)",
+    )
+    add(
+        "a run killed outright (SIGKILL) left `--out`'s lock file; the same command again",
+        f"{two_runs.replace('two.jsonl', 'killed.jsonl')} & P=$!; for i in $(seq 600); do [ -s {{tmp}}/killed.jsonl ] "
+        f"&& break; sleep 0.1; done; kill -KILL $P; wait $P; {two_runs.replace('two.jsonl', 'killed.jsonl')}",
+        lambda: f"{sum(1 for _ in open(tmp / 'killed.jsonl'))} of 400 results, the killed run's kept",
+        show="requests sampled",
+        display=f"{two_runs.replace('two.jsonl', 'out.jsonl').format(tmp='D')}, kill -KILL, then the same command",
+    )
+    add(
+        "a real full disk while writing `--out` (a 64 kB tmpfs)",
+        sample_requests % ("r400.jsonl", "disk64out/out.jsonl"),
+        lambda: (
+            "complete lines only, the last ends in a newline: "
+            + str((tmp / "disk64out" / "out.jsonl").read_bytes().endswith(b"\n"))
+        ),
+        setup=lambda: small_disk(tmp / "disk64out", "64k"),
+        display="(D/disk is `mount -t tmpfs -o size=64k tmpfs D/disk`) "
+        + (sample_requests % ("r400.jsonl", "disk/out.jsonl")).format(tmp="D"),
+    )
+    (tmp / "latin1.jsonl").write_bytes(b'{"length": 8}\n{"prompt": "caf\xe9"}\n')
+    add("a requests file that is not UTF-8", sample_requests % ("latin1.jsonl", "res3.jsonl"))
+    add(
+        "Ctrl-C during `aogpt sample --requests` with its progress bar drawn",
+        f"{(sample_requests % ('r400.jsonl', 'ctrlc.jsonl')).replace(' --no-progress', '')} --batch-size 1 2> "
+        "{tmp}/ctrlc.log & P=$!; for i in $(seq 600); do [ -s {tmp}/ctrlc.jsonl ] && break; sleep 0.1; done; "
+        "kill -INT $P; wait $P; S=$?; tr '\\r' '\\n' < {tmp}/ctrlc.log | tail -1; exit $S",
+        lambda: f"{sum(1 for _ in open(tmp / 'ctrlc.jsonl'))} complete results",
+        display="aogpt sample --model D/model --requests D/r.jsonl --out D/out.jsonl, then Ctrl-C",
+    )
+    lm_eval = "aogpt lm-eval --model aogpt --model_args pretrained={tmp}/model%s --tasks lambada_local --include_path lm_eval_tasks --limit 2"
+    add(
+        "Ctrl-C right after `aogpt lm-eval` prints its table",
+        f"PYTHONUNBUFFERED=1 {lm_eval % ''} > {{tmp}}/lme.out 2> {{tmp}}/lme.log & P=$!; for i in $(seq 6000); do "
+        "grep -q '^|lambada_local' {tmp}/lme.out && break; sleep 0.01; done; kill -INT $P; wait $P; S=$?; "
+        "cat {tmp}/lme.log; exit $S",
+        display=f"{lm_eval.format(tmp='D') % ''}, then Ctrl-C as its table appears",
+        show="error: stopped",
+    )
+    add(
+        "`--model_args ...,batch_size=4` (lm_eval's own `--batch_size` not given)",
+        lm_eval % ",batch_size=4",
+        show="|lambada_local|",
+    )
+    add(
+        "`--model_args ...,batch_size=4` and `--batch_size 8`",
+        lm_eval % ",batch_size=4" + " --batch_size 8",
+    )
     add(
         "`aogpt lm-eval` with an unknown model argument",
         "aogpt lm-eval --model aogpt --model_args pretrained={tmp}/model,bogus_key=1 --tasks lambada_openai",
@@ -549,6 +633,15 @@ def rows(tmp: Path) -> list[tuple[str, str, str, str]]:
         "generate(length=8, speculative=3, steps=4)",
         "logprob([[1, 2, 3]], order=5)",
         "score('some text', orders='2')",
+        "generate(prompt=[])",
+        "generate(length=[])",
+        "generate(seed=[])",
+        "generate(length=8, seed=2**64)",
+        "generate(length=8, seed=-1)",
+        "generate(requests=[{'length': '8'}])",
+        "generate(requests=[{'length': 8}], length=[8, 9])",
+        "logprob([])",
+        "score(['a b c', None])",
     ):
         add(
             f"Python API: `{call}`",
@@ -557,6 +650,16 @@ def rows(tmp: Path) -> list[tuple[str, str, str, str]]:
             if not call.startswith("load(")
             else f"aogpt_plugin.{call}",
         )
+
+    mixed = "[{'length': 8, 'seed': 0}, {'length': 8, 'steps': 4, 'seed': 1}]"
+    add(
+        f"Python API: `generate(requests={mixed})`, request 0 against its lone run",
+        "python -c \"import aogpt_plugin; lm = aogpt_plugin.load('{tmp}/model'); "
+        f"both = lm.generate(requests={mixed}); alone = lm.generate(requests=[{{'length': 8, 'seed': 0}}]); "
+        "print('request 0 equals its lone run:', both.tokens[0].tolist() == alone.tokens[0].tolist())\"",
+        display=f"lm.generate(requests={mixed}) and request 0 alone",
+        show="request 0 equals",
+    )
 
     # ---- data prepare, tokenizer train ------------------------------------------------------------
     add(

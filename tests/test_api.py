@@ -22,6 +22,7 @@ from aogpt_plugin.api import LoadedModel
 from aogpt_plugin.errors import InputError
 from aogpt_plugin.eval.perplexity import base_order, score_chunks
 from aogpt_plugin.model_dir import save_model
+from aogpt_plugin.seeding import sample_seed
 
 VOCAB = 61  # the sampler preset's; its folders use the symbols:61 tokenizer (text is integers)
 
@@ -383,6 +384,8 @@ BAD_LOGPROB = [
     ({"tokens": [[1, -1]]}, r"token id -1 \(tokens row 0, position 1\) is outside the vocabulary; allowed: 0..60"),
     ({"tokens": [list(range(41))]}, r"tokens have length 41, outside the model's positions; allowed: 1..40"),
     ({"tokens": [[0.5, 1.0]]}, r"tokens must hold integer token ids; got dtype torch.float32"),
+    ({"tokens": []}, r"^tokens is empty \(shape \(0,\)\); allowed: token ids, .*at least one token"),
+    ({"tokens": [[1, 2]], "seed": 2**64}, r"^seed 18446744073709551616 is an int; allowed: an integer in 0..2\*\*64-1"),
     ({"tokens": [[1, 2, 3]], "order": [[0, 0, 2]]}, r"order row 0 is not a permutation of 0..2 .*: \[0, 0, 2\]"),
     ({"tokens": [[1, 2, 3]], "order": [[0, 1, 3]]}, r"order row 0 is not a permutation of 0..2"),
     ({"tokens": [[1, 2], [3, 4]], "order": [[0, 1], [1, 1]]}, r"order row 1 is not a permutation of 0..1"),
@@ -438,11 +441,29 @@ BAD_GENERATE = [
         r"^prompt has 2 items for num_samples 3; allowed: one value, or one per",
     ),
     ({"prompt": ["1", "2"], "seed": [1, 2, 3]}, r"^seed has 3 items and prompt has 2"),
-    ({"requests": [{"promt": "1"}]}, r"^a request has no field 'promt'; allowed: prompt, infill, seed, length"),
+    ({"requests": [{"promt": "1"}]}, r"^requests\[0\], field 'promt' is not a request field; allowed: prompt, infill"),
     ({"requests": [{"prompt": "1"}], "prompt": "2"}, r"^prompt is given for every sample and the requests give one"),
-    ({"requests": [{"top_k": 2}, {"top_k": 3}]}, r"^the requests differ in top_k \(2, 3\); one batch runs one value"),
     ({"requests": "x"}, r"^requests 'x' is a str; allowed: None, or a list of dicts \(one per sample\)$"),
-    ({"requests": [1]}, r"^requests must be a non-empty list of dicts"),
+    ({"requests": [1]}, r"^requests\[0\]: a request is a JSON object \(a dict\), got int"),
+    ({"requests": []}, r"^requests must be a non-empty list of dicts"),
+    ({"requests": [{"length": 8}, {"length": "8"}]}, r"^requests\[1\], field 'length' must be an integer, got \"8\"$"),
+    (
+        {"requests": [{"length": 8}], "length": [8, 9]},
+        r"^length is a list \(one per sample\) and the requests give each sample its own",
+    ),
+    ({"requests": [{"length": 8}, {"length": 41}]}, r"^requests\[1\], field 'length': length=41 is outside"),
+    (
+        {"requests": [{"length": 8, "seed": 2**64}]},
+        r"^requests\[0\], field 'seed': seed=18446744073709551616 is outside",
+    ),
+    ({"requests": [{"length": 8}], "seed": -1}, r"^seed -1 is outside the allowed range 0..2\*\*64-1$"),
+    # empty lists and seeds outside 64 bits: named, with what is allowed
+    ({"prompt": []}, r"^prompt is an empty list; allowed: one value for every sample, or a list with one per sample"),
+    ({"length": []}, r"^length is an empty list; allowed"),
+    ({"seed": []}, r"^seed is an empty list; allowed"),
+    ({"length": 8, "seed": -1}, r"^seed=-1 is outside the allowed range 0..2\*\*64-1"),
+    ({"length": 8, "seed": 2**64}, r"^seed=18446744073709551616 is outside the allowed range 0..2\*\*64-1"),
+    ({"length": 8, "num_samples": 2, "seed": [0, -3]}, r"^seed=-3 of sample 1 is outside the allowed range"),
     ({"progress": "yes"}, r"^progress 'yes' is a str; allowed: True or False$"),
     ({"top_k": 2.0}, r"^top_k 2.0 is a float; allowed: an integer$"),
     ({"order": 5}, r"^order 5 is an int; allowed: random, l2r, a tensor of positions"),
@@ -460,8 +481,9 @@ def test_bad_generate_input_is_one_error_before_any_forward(lm, forwards, kwargs
 
 def test_generate_takes_a_request_per_sample_and_each_gets_its_lone_tokens(lm):
     """Lists per keyword and `requests` give the same batch; row i is what generate gives request i alone,
-    at its own length (-1 after it); a request without a seed gets seed + its index."""
-    lists = lm.generate(prompt=["1 2", "3", None], length=[10, 12, 8], seed=[5, 6, 7], steps=None, top_k=20)
+    at its own length (-1 after it); a request without a seed gets sample i of the seed's."""
+    seeds = [5, sample_seed(5, 1), sample_seed(5, 2)]
+    lists = lm.generate(prompt=["1 2", "3", None], length=[10, 12, 8], seed=seeds, steps=None, top_k=20)
     requests = lm.generate(
         requests=[{"prompt": "1 2", "length": 10, "seed": 5}, {"prompt": "3", "length": 12}, {"length": 8}],
         seed=5,
@@ -469,10 +491,39 @@ def test_generate_takes_a_request_per_sample_and_each_gets_its_lone_tokens(lm):
     )
     assert torch.equal(lists.tokens, requests.tokens) and lists.texts == requests.texts
     for i, (prompt, length) in enumerate((("1 2", 10), ("3", 12), (None, 8))):
-        alone = lm.generate(prompt=prompt, length=length, seed=5 + i, top_k=20)
+        alone = lm.generate(prompt=prompt, length=length, seed=seeds[i], top_k=20)
         assert alone.tokens[0].tolist() == lists.tokens[i, :length].tolist() and alone.texts[0] == lists.texts[i]
         assert (lists.tokens[i, length:] == -1).all()
     assert lists.texts[0].startswith("1 2 ") and lists.texts[1].startswith("3 ")
+
+
+MIXED = [  # one request each, differing in every run option and per-sample field
+    {"length": 8, "seed": 0},
+    {"length": 8, "steps": 4, "seed": 1},
+    {"length": 10, "temperature": 0.7, "prompt": "1 2"},
+    {"length": 12, "top_p": 0.8, "seed": 3, "infill": [{"start": 6, "tokens": [4, 5]}]},
+    {"length": 9, "top_k": 1, "seed": 4},
+    {"length": 11, "order": "l2r", "steps": 5, "seed": 5},
+    {"length": 8, "steps": 4, "top_k": 5},
+    {"length": 7, "schedule": "cosine", "counts": "binomial", "steps": 3, "seed": 8},
+]
+
+
+@pytest.mark.parametrize("graphs", ["off", "static"])
+def test_each_request_runs_with_its_own_options_whatever_else_the_call_asks_for(lm, graphs):
+    """Reported: request 0 of [{"length": 8, "seed": 0}, {"length": 8, "steps": 4, "seed": 1}] was sampled
+    with request 1's steps=4 (and a request beside one with top_k=1 came out greedy). Each request's tokens
+    are its own request's alone, for the dynamic sampler and the static step."""
+    together = lm.generate(requests=MIXED, seed=11, graphs=graphs)
+    assert together.tokens.shape == (len(MIXED), 12)
+    for i, request in enumerate(MIXED):
+        alone = lm.generate(requests=[request], seed=sample_seed(11, i) if "seed" not in request else 0, graphs=graphs)
+        n = request["length"]
+        assert together.tokens[i, :n].tolist() == alone.tokens[0].tolist(), i
+        assert (together.tokens[i, n:] == -1).all() and together.texts[i] == alone.texts[0]
+        assert int(together.result.lengths[i]) == n
+    one_step = lm.generate(requests=[{**MIXED[0], "steps": 4}], graphs=graphs)  # the check can fail
+    assert one_step.tokens[0].tolist() != together.tokens[0, :8].tolist()
 
 
 def test_bad_score_input_is_one_error_before_any_forward(lm, forwards):
@@ -488,6 +539,10 @@ def test_bad_score_input_is_one_error_before_any_forward(lm, forwards):
         lm.score([])
     with pytest.raises(InputError, match=r"token id 61 \(texts_or_tokens row 0, position 0\)"):
         lm.score(torch.full((2, 8), VOCAB))
+    with pytest.raises(InputError, match=r"^texts_or_tokens\[1\] is None \(a NoneType\); allowed: a string"):
+        lm.score(["1 2 3", None])
+    with pytest.raises(InputError, match=r"^seed -1 is an int; allowed: an integer in 0..2\*\*64-1"):
+        lm.score(["1 2 3"], seed=-1)
     assert forwards == []
 
 

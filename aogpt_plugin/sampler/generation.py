@@ -102,7 +102,7 @@ class SampleConfig:
                 )
         for b, seed in enumerate(self.seeds or (self.seed,)):
             if not 0 <= seed <= MAX_SEED:
-                of = f" of sample {b}" if self.seeds is not None else ""
+                of = f" of sample {b}" if self.seeds is not None and self.num_samples > 1 else ""
                 raise UserError(f"seed={seed}{of} is outside the allowed range 0..2**64-1", "seed")
         for b, n_b in enumerate(self.lengths or ()):
             if not 1 <= n_b <= self.length:

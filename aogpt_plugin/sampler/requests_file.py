@@ -78,7 +78,7 @@ def checked_request(request: RequestLine, raw, path: str) -> RequestLine:
     """`request` holding `raw`'s fields (None values dropped), once each is a field of a request and of a type
     it takes; else one UserError naming `path`, the request and the field."""
     if not isinstance(raw, dict):
-        raise UserError(f"{request.where(path)}: a request is a JSON object, got {type(raw).__name__}")
+        raise UserError(f"{request.where(path)}: a request is a JSON object (a dict), got {type(raw).__name__}")
     for name, value in raw.items():
         if name not in TYPES:
             raise UserError(f"{request.where(path, name)} is not a request field; allowed: {', '.join(TYPES)}", name)

@@ -157,6 +157,79 @@ def test_local_lambada_task_runs_offline_through_aogpt_lm_eval(tmp_path, model_d
     assert 0.0 <= results["acc,none"] <= 1.0 and results["perplexity,none"] > 1.0
 
 
+def _lm_eval_process(tmp_path, model_dir, task: str, name: str):
+    """`aogpt lm-eval` on 2 documents of a local LAMBADA task as its own process (stdout a pipe read line by
+    line, unbuffered; stderr a file)."""
+    task_text = (ROOT / "lm_eval_tasks" / f"{task}.yaml").read_text()
+    (tmp_path / "tasks").mkdir(exist_ok=True)
+    (tmp_path / "tasks" / f"{task}.yaml").write_text(
+        task_text.replace("../shared/data/lambada", str(SHARED_DATA / "lambada"))
+    )
+    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "PYTHONUNBUFFERED": "1"}
+    argv = ["lm-eval", "--model", "aogpt", "--model_args", f"pretrained={model_dir}", "--tasks", task]
+    argv += ["--include_path", str(tmp_path / "tasks"), "--limit", "2", "--output_path", str(tmp_path / name)]
+    err = open(tmp_path / f"{name}.err", "w")  # noqa: SIM115 - closed by the caller's read
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aogpt_plugin.cli", *argv], stdout=subprocess.PIPE, stderr=err, text=True, env=env
+    )
+    return proc, tmp_path / f"{name}.err"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (SHARED_DATA / "lambada" / "lambada_test.jsonl").exists(), reason="needs ../shared/data")
+def test_ctrl_c_right_after_the_table_is_one_line_and_exit_130_every_time(tmp_path, model_dir):
+    """Reported: a Ctrl-C within ~0.1 s after `aogpt lm-eval` printed its table raised inside the CLI's
+    clean-up (a traceback), or, a little later, killed it by Python's default handler (exit -2, no line).
+    SIGINT is sent 0-0.21 s after the table's row arrives, until it has landed (the command had not ended
+    yet) 5 times: each time exit 130, one stop line, no traceback."""
+    import signal
+
+    import time
+
+    landed = 0
+    for trial in range(16):
+        proc, err_file = _lm_eval_process(tmp_path, model_dir, "lambada_local", f"t{trial}")
+        for line in proc.stdout:
+            if line.startswith("|lambada_local"):
+                time.sleep(0.03 * (trial % 8))  # into the table, after it, and into the shutdown
+                proc.send_signal(signal.SIGINT)
+                break
+        proc.stdout.read()
+        code = proc.wait(timeout=300)
+        err = err_file.read_text()
+        assert "Traceback" not in err, err[-3000:]
+        if code == 0:  # ended before the signal came
+            continue
+        lines = [x for x in err.split("\n") if x.strip()]
+        assert code == 130 and lines[-1].startswith("error: stopped by Ctrl-C (SIGINT)"), err[-3000:]
+        assert sum(x.startswith("error:") for x in lines) == 1
+        landed += 1
+        if landed == 5:
+            break
+    assert landed == 5
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (SHARED_DATA / "lambada" / "lambada_test.jsonl").exists(), reason="needs ../shared/data")
+def test_ctrl_c_during_generation_closes_the_bar_before_its_line(tmp_path, model_dir):
+    """Reported: a Ctrl-C during generate_until printed the stop line inside lm_eval's progress bar, which
+    was then redrawn below it. The bar is closed first: the stop is the last line, a line of its own."""
+    import signal
+    import time
+
+    proc, err_file = _lm_eval_process(tmp_path, model_dir, "lambada_local_cloze", "gen")
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and "generate_until" not in err_file.read_text():
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    proc.stdout.read()
+    code = proc.wait(timeout=300)
+    err = err_file.read_text()
+    lines = [x for x in err.split("\n") if x.strip()]
+    assert code == 130 and "Traceback" not in err, err[-3000:]
+    assert lines[-1].startswith("error: stopped by Ctrl-C (SIGINT)"), err[-3000:]
+
+
 def _cloze_responses(tmp_path, model_dir, name: str, *extra: str) -> tuple[dict, list]:
     """`aogpt lm-eval` on 8 documents of the local LAMBADA cloze task (generate_until): its results and each
     document's generated responses (--log_samples)."""

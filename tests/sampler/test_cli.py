@@ -314,6 +314,164 @@ def test_a_run_stopped_by_sigterm_resumes_to_the_uninterrupted_output(capsys, tm
     assert out.read_text() == whole.read_text()
 
 
+@pytest.mark.parametrize(
+    "second, message",
+    [
+        ("other", "line 1 answers another request: its request's 'prompt' is \"5 6 7\", this run's is \"8 9\""),
+        ("seed", "line 1 answers another request: its seed is 100, this run's is 101"),
+        ("model", "line 1 answers another request: its model is "),
+    ],
+)
+def test_a_resumed_out_keeps_only_lines_of_the_same_requests_and_options(
+    capsys, tmp_path, symbols_dir, second, message
+):
+    """Reported: OUT holding results of another requests file with as many lines (or of the same file with
+    another --seed) was resumed, keeping lines that answer other requests. Now the first difference is one
+    line, before any weight is read (the second run's folder holds unreadable weights), and OUT is kept."""
+    import shutil
+
+    requests = write_requests(tmp_path / "r.jsonl")
+    out = tmp_path / "out.jsonl"
+    assert run_requests(capsys, symbols_dir, requests, out, "--seed", "100")[0] == 0
+    content = out.read_text()
+    model, seed = tmp_path / "model", "100"
+    shutil.copytree(symbols_dir, model)
+    (model / "model.safetensors").write_bytes(b"not safetensors")
+    if second == "model":  # another model's record
+        config = json.loads((model / "config.json").read_text())
+        (model / "config.json").write_text(json.dumps({**config, "model_sha256": "0" * 64}))
+    if second == "other":
+        requests = write_requests(tmp_path / "r2.jsonl", [{**REQUESTS[0], "prompt": "8 9"}, *REQUESTS[1:]])
+    if second == "seed":
+        seed = "101"
+    code, stdout, err = run_requests(capsys, str(model), requests, out, "--seed", seed)
+    assert code == 2 and stdout == "" and len(err.strip().splitlines()) == 1, err
+    assert f"error: --out '{out}' {message}" in err and "give another --out, or delete" in err
+    assert out.read_text() == content
+
+
+def test_two_runs_on_one_out_the_second_is_refused_naming_the_first(capsys, tmp_path, symbols_dir):
+    """Reported: two runs writing one --out both exited 0 with 400 interleaved lines for 200 requests. The
+    second is refused in one line with the first's pid; the first finishes a whole file."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT
+
+    total = 120  # the first run outlasts the second's start-up
+    requests = write_requests(tmp_path / "r.jsonl", [{"seed": i, "length": 24} for i in range(total)])
+    out = tmp_path / "out.jsonl"
+    cmd = [sys.executable, "-m", "aogpt_plugin.cli", "sample", "--model", symbols_dir, "--requests", requests]
+    cmd += ["--out", str(out), "--batch-size", "1", "--no-progress"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    first = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (out.exists() and out.read_text().count("\n") >= 2):
+        time.sleep(0.02)
+    second = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    _, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err[-2000:]
+    assert second.returncode == 2 and second.stderr.strip().splitlines() == [
+        f"error: --out '{out}' is being written by another aogpt process (pid {first.pid}); two runs would "
+        "interleave their lines: wait for it to finish, or give another --out"
+    ]
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [line["index"] for line in lines] == list(range(total))
+    again = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and f"0 requests sampled ({total} already in" in again.stderr  # the lock is gone
+
+
+def test_a_killed_runs_lock_is_taken_over(capsys, tmp_path, symbols_dir):
+    """A run killed outright (SIGKILL: no clean-up) leaves its lock file; the kernel dropped its lock, so the
+    same command goes on from its complete lines."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT
+
+    requests = write_requests(tmp_path / "r.jsonl", [{"seed": i, "length": 24} for i in range(40)])
+    out = tmp_path / "out.jsonl"
+    cmd = [sys.executable, "-m", "aogpt_plugin.cli", "sample", "--model", symbols_dir, "--requests", requests]
+    cmd += ["--out", str(out), "--batch-size", "2", "--no-progress"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (out.exists() and out.read_text().count("\n") >= 2):
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert (tmp_path / ".out.jsonl.aogpt-lock").exists()
+    code, _, err = run_requests(capsys, symbols_dir, requests, out, "--batch-size", "2")
+    assert code == 0 and "already in" in err and out.read_text().count("\n") == 40
+
+
+def test_a_requests_file_that_is_not_utf8_is_one_line_naming_line_and_byte(capsys, tmp_path, broken_weights_dir):
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b'{"length": 8}\n{"prompt": "caf\xe9"}\n')
+    code, out, err = run_requests(capsys, broken_weights_dir, str(path), tmp_path / "out.jsonl")
+    assert code == 2 and err.strip().splitlines() == [
+        f"error: {path} line 2: byte 16 (0xe9) is not UTF-8; save the file as UTF-8"
+    ]
+
+
+def test_a_real_full_disk_keeps_the_complete_results_and_the_same_command_goes_on(
+    capsys, tmp_path, symbols_dir, small_disk
+):
+    """--out on a filesystem that fills up: one line (what is kept, how to go on), no traceback, no cut line;
+    with room again, the same command completes the file as an uninterrupted run writes it."""
+    from conftest import fill_disk
+
+    requests = write_requests(tmp_path / "r.jsonl", [{"seed": i, "length": 24} for i in range(30)])
+    whole = tmp_path / "whole.jsonl"
+    assert run_requests(capsys, symbols_dir, requests, whole, "--batch-size", "4")[0] == 0
+    disk = small_disk("1m")
+    out = disk / "out.jsonl"
+    fill_disk(disk, leave=4096 + len(whole.read_bytes()) // 2)  # the lock file takes a page
+    code, stdout, err = run_requests(capsys, symbols_dir, requests, out, "--batch-size", "4")
+    assert code == 2 and "Traceback" not in err, err
+    (line,) = [x for x in err.splitlines() if x.startswith("error:")]
+    assert re.match(
+        rf"error: the disk is full: writing --out '{out}' failed \(No space left on device\); its \d+ ", line
+    )
+    assert "free some space, then the same command goes on from there" in line
+    kept = out.read_text()
+    assert kept.endswith("\n") and 0 < kept.count("\n") < 30 and whole.read_text().startswith(kept)
+    (disk / "filler").unlink()
+    assert run_requests(capsys, symbols_dir, requests, out, "--batch-size", "4")[0] == 0
+    assert out.read_text() == whole.read_text()
+
+
+def test_ctrl_c_with_the_progress_bar_drawn_is_one_line_of_its_own_and_exit_130(tmp_path, symbols_dir):
+    """The bar is closed before the stop's line, so the line starts a line (tqdm redraws with \\r, never \\n)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT
+
+    requests = write_requests(tmp_path / "r.jsonl", [{"seed": i, "length": 24} for i in range(200)])
+    out = tmp_path / "out.jsonl"
+    cmd = [sys.executable, "-m", "aogpt_plugin.cli", "sample", "--model", symbols_dir, "--requests", requests]
+    cmd += ["--out", str(out), "--batch-size", "1"]  # the bar drawn (no --no-progress)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (out.exists() and out.read_text().count("\n") >= 3):
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    lines = [line for line in err.split("\n") if line.strip()]
+    assert proc.returncode == 130 and "Traceback" not in err, err[-2000:]
+    assert lines[-1].startswith("error: stopped by Ctrl-C (SIGINT); ") and "results are in" in lines[-1], err[-2000:]
+    assert sum(line.count("error:") for line in lines) == 1
+
+
 def test_a_compile_of_the_step_is_said_and_kept_out_of_tokens_per_second(capsys, model_dir):
     """`--graphs on` on a CPU compiles the step with inductor: stderr says so with its time, and tokens/s is the
     sampling's alone (the record's seconds hold both)."""

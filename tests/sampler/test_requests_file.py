@@ -44,7 +44,7 @@ def test_requests_are_read_in_order_with_their_line_numbers(tmp_path):
     "line, message",
     [
         ("{not json", "r.jsonl line 2: not a JSON object"),
-        ("[1, 2]", "r.jsonl line 2: a request is a JSON object, got list"),
+        ("[1, 2]", "r.jsonl line 2: a request is a JSON object (a dict), got list"),
         ('{"promt": "x"}', "r.jsonl line 2, field 'promt' is not a request field; allowed: prompt, infill, seed"),
         ('{"seed": "3"}', "r.jsonl line 2, field 'seed' must be an integer, got \"3\""),
         ('{"seed": true}', "r.jsonl line 2, field 'seed' must be an integer, got true"),
