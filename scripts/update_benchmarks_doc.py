@@ -67,6 +67,8 @@ def ratio_cell(result: dict, key: str, fmt: str) -> str:
 
 def format_row(result: dict) -> str:
     steps = [str(t) for t in result["steps"]]
+    encoder, ar = result.get("encoder_seconds"), result.get("ar_seconds")
+    optional = lambda key, fmt: ratio_cell(result, key, fmt) if key in result else "-"  # noqa: E731
     cells = [
         datetime.date.today().isoformat(),
         f"`{result['command']}`",
@@ -76,18 +78,18 @@ def format_row(result: dict) -> str:
         str(result["batch"]),
         f"{result['dtype']}, {result['linears']} linears" if "linears" in result else result["dtype"],
         ", ".join(f"{result['ao_seconds'][t]:.3f}" for t in steps),
-        ", ".join(f"{result['encoder_seconds'][t]:.3f}" for t in steps),
-        f"{result['ar_seconds']:.3f}",
+        ", ".join(f"{encoder[t]:.3f}" for t in steps) if encoder else "-",
+        f"{ar:.3f}" if ar is not None else "-",
         " / ".join(
             [
                 ",".join(str(result["ao_forward_passes"][t]) for t in steps),
-                ",".join(str(result["encoder_forward_passes"][t]) for t in steps),
-                str(result["ar_forward_passes"]),
+                ",".join(str(result["encoder_forward_passes"][t]) for t in steps) if encoder else "-",
+                str(result.get("ar_forward_passes", "-")),
             ]
         ),
-        ratio_cell(result, "ao_vs_encoder_speedup", "{:.2f}x"),
-        ratio_cell(result, "ao_vs_ar_time_ratio", "{:.3f}"),
-        ratio_cell(result, "ao_quarter_vs_ar_speedup", "{:.2f}x"),
+        optional("ao_vs_encoder_speedup", "{:.2f}x"),
+        optional("ao_vs_ar_time_ratio", "{:.3f}"),
+        optional("ao_quarter_vs_ar_speedup", "{:.2f}x"),
     ]
     return "| " + " | ".join(c.replace("|", "/") for c in cells) + " |"
 
@@ -152,7 +154,7 @@ GRAPH_COLUMNS = (
     "flavor",
     "n",
     "batch",
-    "dtype, graphs",
+    "dtype, graphs, decode attention",
     "ms per forward: AO T=n / encoder T=n / AR",
     "AO s (T=n, n/4, n/16)",
     "encoder s (T=n, n/4, n/16)",
@@ -176,11 +178,11 @@ def format_graph_row(result: dict) -> str:
         result["flavor"],
         str(n),
         str(result["batch"]),
-        f"{result['dtype']}, {result['graphs']}",
+        ", ".join([result["dtype"], result["graphs"], *filter(None, [result.get("decode_attention")])]),
         f"{timed(f'ao {n}')} / {timed(f'encoder {n}')} / {timed('ar')}",
         ", ".join(f"{result['ao_seconds'][t]:.3f}" for t in steps),
         ", ".join(f"{encoder[t]:.3f}" for t in steps) if encoder else "-",
-        f"{result['ar_seconds']:.3f}",
+        f"{result['ar_seconds']:.3f}" if "ar_seconds" in result else "-",
         optional("ao_vs_encoder_speedup", "{:.2f}x"),
         optional("ao_vs_ar_time_ratio", "{:.3f}"),
         optional("ao_quarter_vs_ar_speedup", "{:.2f}x"),
