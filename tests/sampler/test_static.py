@@ -377,3 +377,74 @@ def test_the_compiled_step_writes_the_kv_cache_in_place(ao_model):
         torch.compile(lambda c, x: c.clone().index_fill_(0, x, 0)), cache, torch.zeros(1, dtype=torch.long)
     )
     assert cache_sized_allocations("\n".join(clone_code), layer_cache)
+
+
+def _compiled_small_step(layers: int, batch: int = 2) -> tuple[str, list[str]]:
+    """Inductor's output code for the T=n decode step of `small` cut to `layers` layers (every other shape
+    kept: 768 wide, 12 heads, 1152 cache slots, the 50k vocabulary): its `call` function and its kernels."""
+    import dataclasses
+    import re
+
+    from torch._inductor.utils import run_and_get_code
+
+    from aogpt_plugin.model import AOGPT, FLAVORS
+
+    with torch.device("meta"):
+        model = AOGPT(dataclasses.replace(FLAVORS["small"], n_layers=layers))
+    model.to_empty(device="cpu")
+    torch.manual_seed(0)
+    model.init_weights()
+    model.eval().requires_grad_(False)
+    torch._dynamo.reset()
+    config = SampleConfig(length=4, steps=4, num_samples=batch, graphs="compile", backend="sdpa")
+    with torch._inductor.config.patch(fx_graph_cache=False):
+        _, code = run_and_get_code(generate, model, config)
+    assert len(code) == 1, "the step is one compiled graph"
+    source = code[0]
+    call = source[source.index("def call(") :]
+    kernels = re.findall(
+        r"^ +(?:buf\w+ = )?((?:cpp_fused|triton)_\w+|extern_kernels\.\w+|torch\.ops\.\w+\.\w+)", call, re.M
+    )
+    return source, kernels
+
+
+def _draw_reductions(source: str) -> list[int]:
+    """The reduction loops of the draw (the kernels that take an argmax), each as the length it reduces over:
+    a C++ kernel's reduction starts with its accumulator tmp_acc0, then its loop."""
+    import re
+
+    draw = [k for k in re.split(r"\n(?=\w+ = async_compile)", source) if "argmax" in k.split("=", 1)[0]]
+    loops = re.findall(
+        r"^ *[A-Za-z_][\w:]*(?:<[\w, ]*>)? tmp_acc0 = .*?for\(int64_t x\d+=.*?<static_cast<int64_t>\((\d+)L\)",
+        "\n".join(draw),
+        re.M | re.S,
+    )
+    return [int(n) for n in loops]
+
+
+def test_the_compiled_small_step_launches_few_kernels():
+    """The kernels of inductor's T=n step for `small`, read from its output code on this CPU (C++ kernels; a
+    GPU cuts a C++ kernel's loops of other sizes into more Triton kernels: 154 on an H200, 2026-11-28), so a
+    change that adds GEMMs or breaks a fusion fails here before a GPU sees it. A layer: 4 GEMMs (qkv, the
+    attention's output, the MLP's two) and the attention, as extern calls, and at most 4 fused kernels; the
+    rest of the step: the head's GEMM and at most 3 fused kernels (the step's inputs, mask and first norm; the
+    noise's hash of the vocabulary; the final norm, head modulation, draw and bookkeeping); the draw's argmax
+    in 2 reductions, neither over more
+    than a 64th of the vocabulary (sampling.split_argmax). Shown with -s."""
+    (one, kernels_1), (_, kernels_2) = _compiled_small_step(1), _compiled_small_step(2)
+
+    def counts(kernels: list[str]) -> dict[str, int]:
+        gemm = sum(k.startswith("extern_kernels.") and k.split(".")[1] in ("addmm", "mm", "bmm") for k in kernels)
+        attention = sum("attention" in k for k in kernels if not k.startswith(("cpp_fused", "triton")))
+        fused = sum(k.startswith(("cpp_fused", "triton")) for k in kernels)
+        return {"gemm": gemm, "attention": attention, "fused": fused, "all": len(kernels)}
+
+    c1, c2 = counts(kernels_1), counts(kernels_2)
+    layer = {k: c2[k] - c1[k] for k in c1}
+    outside = {k: c1[k] - layer[k] for k in c1}
+    reductions = _draw_reductions(one)
+    print(f"compiled small T=n step: a layer {layer}, outside {outside}, draw reductions over {reductions}")
+    assert layer["gemm"] == 4 and layer["attention"] == 1 and layer["fused"] <= 4, layer
+    assert layer["all"] == layer["gemm"] + layer["attention"] + layer["fused"], kernels_2  # nothing else a layer
+    assert outside["gemm"] == 1 and outside["attention"] == 0 and outside["fused"] <= 3, outside
+    assert len(reductions) == 2 and max(reductions) <= -(-50304 // 64), reductions
