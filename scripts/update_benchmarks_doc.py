@@ -29,7 +29,9 @@ INTRO = """## Sampler speed (`aogpt bench sampler`)
 
 Wall-clock seconds for one batch, random weights, one warm-up run first. AO = AO-GPT with the cached
 any-order sampler; encoder = bidirectional MDM of the same width/depth (T full-sequence forwards,
-no cache); AR = plain causal GPT of the same backbone with KV-cache decoding (n forwards).
+no cache; rows with `encoder_timed_forwards` in their JSON time its first 16 forwards a round, times T's
+forwards: a forward is the same work at every T); AR = plain causal GPT of the same backbone with KV-cache
+decoding (n forwards).
 With `--repeats R` every round times each variant once, in turn: seconds are medians over the R
 rounds, and a ratio is the median of its R per-round ratios with their [min, max] after it.
 Goals (issue 3, not asserted): encoder/AO at T=n >= 40x on CPU (small, n=256); on a GPU >= 25x at

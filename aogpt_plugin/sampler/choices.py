@@ -189,7 +189,9 @@ def parse_decode_attention(text: str) -> DecodeAttention | None:
         if key == "backend":
             backends = flex_backends()
             if value not in backends:
-                have = f"not one of {', '.join(backends)}" if backends else "not an option of this torch's FlexAttention"
+                have = (
+                    f"not one of {', '.join(backends)}" if backends else "not an option of this torch's FlexAttention"
+                )
                 raise bad(f"backend={value} is {have}")
             values[key] = value
             continue
