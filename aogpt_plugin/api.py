@@ -233,6 +233,7 @@ class LoadedModel:
         seed: int | list[int] = 0,
         backend: str = "auto",
         graphs: str = "auto",
+        decode_attention: str = "auto",
         requests: list[dict] | None = None,
         progress: bool = False,
     ) -> Samples:
@@ -249,7 +250,8 @@ class LoadedModel:
         its order, counts and noise), so calls with different seeds share no sample; backend "auto" | "sdpa"
         | "flex"; graphs "auto" | "on" | "off" | "compile" | "static": how each step runs
         (sampler/choices.py; auto: the static step replayed from CUDA graphs on a GPU, the dynamic
-        sampler on a CPU; same samples).
+        sampler on a CPU; same samples); decode_attention "auto" | a setting such as "partial,split=4"
+        (the static step's FlexAttention layout and kernel options, with backend flex; same samples).
 
         Each sample may ask for its own: prompt, infill, length, order and seed also take a list with one
         value per sample (num_samples then defaults to its length), or `requests` gives one dict per
@@ -281,6 +283,7 @@ class LoadedModel:
             seed=seed,
             backend=backend,
             graphs=graphs,
+            decode_attention=decode_attention,
         )
 
         def plan(request, spell=keyword_name):

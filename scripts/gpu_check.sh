@@ -1,42 +1,53 @@
 #!/usr/bin/env bash
 # One command that checks every CUDA path and records GPU throughput (issue 15), or proves itself on a CPU.
 #
-#   bash scripts/gpu_check.sh OUTDIR        # writes OUTDIR/gpu_check.log and OUTDIR/summary.json
+#   GPU_CHECK_PLAN=A bash scripts/gpu_check.sh OUTDIR   # a named plan (below); writes OUTDIR/gpu_check.log, summary.json
+#   bash scripts/gpu_check.sh OUTDIR                    # every part (more than one 10-minute call holds)
+#   GPU_CHECK_DRY_RUN=1 GPU_CHECK_PLAN=A bash scripts/gpu_check.sh OUTDIR   # list the GPU mode's steps, run none
 #
-# On the lent GPU machine (device tool; carry [".whl"] made by scripts/download_gpu_wheels.sh):
-#   bash scripts/gpu_check.sh "$OUT"
-# Steps: install the carried wheels where a package is missing (never replacing torch), print the
-# device, `pytest -m gpu` (bf16 + FSDP2/NCCL + compile + AC training with exact resume and convert,
-# float8, the sampler and eval on CUDA), then the training part (issue 37; at most 9 minutes on one
-# H100, each step under its own timeout): `aogpt bench train` for small and medium (AO and AR, seq 1024,
-# batch 16 (the recipes' micro-batch), bf16, compile; MFU, tokens/s, peak memory), the same bench's --profile of small (a step by
-# kernel category), the first 60 steps of aogpt_small.toml; then `aogpt bench sampler` (small, n 256,
-# batch 1/8/32), each --json.
-# Without CUDA the same steps run in CPU mode at tiny sizes (debugmodel, the debug recipe): the gpu
-# tests skip. The JSON lines become docs rows with `python scripts/update_benchmarks_doc.py OUTDIR/bench_*.json`.
-# GPU_CHECK_PARTS="tests first_steps bench sampler sampler_compile sampler_autotune flex_decode" (the default: all) runs a subset, e.g. to
-# fit one 10-minute call; parts: tests, train_bench, train_profile, first_steps (the group `training` = these
-# three: at most 9 minutes, `GPU_CHECK_PARTS=training`), `bench` (every bench but the graphed sampler's:
-# train_bench, train_batch (small at batch 64), train_profile and the dynamic sampler's), `sampler` and
-# `sampler_compile`; `train_compile_model` only when named (the small bench with the whole model compiled).
-# GPU_CHECK_TRAIN_FLAVORS="small" limits the training benches to those flavors (default: small medium).
-# The sampler part (at most 8.4 minutes on one H100, each step under its own timeout): the CUDA tests of
-# the graphed static step (tests/gpu/test_graphed_sampler.py), then `aogpt bench sampler --graphs on` for small at
-# n=1024 with batch 1 and 32 (each with --step-profile: the kernels of 8 replayed steps at T=n, n/4 and n/16, OUTDIR/step_profile_*.json)
-# and at n=256 with batch 32, then `aogpt bench requests` (256 mixed requests, batches of 1, 8 and 32;
-# OUTDIR/bench_requests.json); sampler_compile (at most 6.8 minutes): `--graphs compile` at n=1024, batch 32 (T=n)
-# and batch 1 (T=n, n/4, n/16: AR/AO(T=n/4) compiled), each with its --step-profile too; flex_decode (at most 3.1 minutes): the decode attention of the
-# T=n step per BlockMask layout and SPLIT_KV (scripts/bench_flex_decode.py) at batch 32 and 1, OUTDIR/flex_decode_b*.json;
-# sampler_autotune (at most 5 minutes): `--graphs compile` at n=1024, batch 32, T=n under TORCHINDUCTOR_MAX_AUTOTUNE=1.
-# The parts do not fit one 10-minute call together; most wanted first (2026-11-28's times: sampler_compile's batch
-# 32 107 s, train_bench + train_profile 87 s), about 7 and 6 minutes:
-#   GPU_CHECK_PARTS="sampler_compile train_bench train_batch train_profile" GPU_CHECK_TRAIN_FLAVORS=small bash scripts/gpu_check.sh "$OUT"
-#   GPU_CHECK_PARTS="flex_decode sampler_autotune" bash scripts/gpu_check.sh "$OUT"
-#   GPU_CHECK_PARTS=sampler bash scripts/gpu_check.sh "$OUT"                 # the `on` rows, when time is left
-#   python scripts/update_benchmarks_doc.py OUT/bench_*.json
+# On the lent GPU machine (device tool; carry [".whl"] made by scripts/download_gpu_wheels.sh): the plans, sent
+# back to back, each one call under 10 minutes with every step under its own timeout (docs/benchmarks.md,
+# "Next GPU run"; tests/scripts/test_gpu_check.py adds each plan's timeouts up to at most 540 s):
+#   A (~6-7 min)  decode_tests sampler_compile_b32 flex_decode_b32 sampler_compile_b1: the split-argmax and
+#                 FlexDecoding CUDA tests; `--graphs compile` at n=1024, batch 32, T=n with its step profile; the
+#                 decode-attention bench at batch 32; `--graphs compile` at batch 1 over every T (AR beside it, no
+#                 encoder) with its profiles
+#   B (~4-5 min)  train_bench train_profile train_batch for `small` with `--compile model`: batch 16, its profile,
+#                 batch 64
+#   C (~2 min)    sampler_decode_attention: batch 32 compiled again with GPU_CHECK_DECODE_ATTENTION (plan A's
+#                 flex_decode_b32.json names the fastest setting as "best") end to end
+#   C-autotune    sampler_autotune: AO alone, compiled at batch 32, T=n, with inductor's GEMM autotuning
+#                 (TORCHINDUCTOR_MAX_AUTOTUNE_GEMM=1)
+# Steps: install the carried wheels where a package is missing (never replacing torch), print the device, then
+# the parts asked for (GPU_CHECK_PLAN, or GPU_CHECK_PARTS, default all). Parts: tests (`pytest -m gpu`: bf16 +
+# FSDP2/NCCL + compile + AC training with exact resume and convert, float8, the sampler and eval on CUDA);
+# decode_tests (the split-argmax, FlexDecoding and decode-attention tests of tests/gpu/test_graphed_sampler.py);
+# train_bench, train_profile, first_steps (the group `training`); train_batch (the profiled flavor at batch 64);
+# `bench` (train_bench, train_batch, train_profile and the dynamic sampler's bench); sampler (the graphed-step
+# CUDA tests, `--graphs on` rows with profiles, `aogpt bench requests`); sampler_compile_b32, sampler_compile_b1
+# (the group sampler_compile); flex_decode_b32, flex_decode_b1 (the group flex_decode); sampler_autotune;
+# sampler_decode_attention and train_compile_model only when named.
+# GPU_CHECK_TRAIN_FLAVORS="small" limits the GPU's training benches to those flavors (default: small medium);
+# GPU_CHECK_TRAIN_COMPILE=model compiles the whole model in every training bench instead of each block.
+# Without CUDA the same parts run in CPU mode at tiny sizes (debugmodel/tiny, the debug recipe): the gpu tests
+# skip. The JSON lines become docs rows with `python scripts/update_benchmarks_doc.py OUTDIR/bench_*.json`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PARTS=" ${GPU_CHECK_PARTS:-tests first_steps bench sampler sampler_compile sampler_autotune flex_decode} "
+DRY=${GPU_CHECK_DRY_RUN:-}
+case "${GPU_CHECK_PLAN:-}" in
+    "") PLAN_PARTS="" ;;
+    A) PLAN_PARTS="decode_tests sampler_compile_b32 flex_decode_b32 sampler_compile_b1" ;;
+    B) PLAN_PARTS="train_bench train_profile train_batch"
+       export GPU_CHECK_TRAIN_FLAVORS=${GPU_CHECK_TRAIN_FLAVORS:-small} GPU_CHECK_TRAIN_COMPILE=${GPU_CHECK_TRAIN_COMPILE:-model} ;;
+    C) PLAN_PARTS="sampler_decode_attention" ;;
+    C-autotune) PLAN_PARTS="sampler_autotune" ;;
+    *) echo "error: GPU_CHECK_PLAN=${GPU_CHECK_PLAN} is not a plan; allowed: A, B, C, C-autotune" >&2; exit 2 ;;
+esac
+if [ -n "$PLAN_PARTS" ] && [ -n "${GPU_CHECK_PARTS:-}" ]; then
+    echo "error: GPU_CHECK_PLAN=${GPU_CHECK_PLAN} and GPU_CHECK_PARTS=${GPU_CHECK_PARTS} both given; allowed: one" >&2
+    exit 2
+fi
+PARTS=" ${PLAN_PARTS:-${GPU_CHECK_PARTS:-tests first_steps bench sampler sampler_compile sampler_autotune flex_decode}} "
 want() {  # want PART [GROUP...]: the part, or a group that holds it, was asked for
     local p
     for p in "$@"; do [[ "$PARTS" == *" $p "* ]] && return 0; done
@@ -53,51 +64,63 @@ export AOGPT_DATA_DIR=${AOGPT_DATA_DIR:-$PWD/../shared/data}
 [ -d "$AOGPT_DATA_DIR/tiktoken_cache" ] && export TIKTOKEN_CACHE_DIR=$AOGPT_DATA_DIR/tiktoken_cache
 say() { echo "[gpu_check $(date +%H:%M:%S)] $*" | tee -a "$LOG"; }
 STEPS=()
-step() {  # step NAME CMD...: run, log, record the exit status
+step() {  # step NAME CMD...: run, log, record the exit status (a dry run lists it untimed: "-")
     local name=$1; shift
+    if [ -n "$DRY" ]; then echo "step $name - $*"; return; fi
     say "$name: $*"
     "$@" >>"$LOG" 2>&1
     local rc=$?
     STEPS+=("{\"step\": \"$name\", \"rc\": $rc}")
     say "$name: exit $rc"
 }
-timed() {  # timed NAME SECONDS CMD...: step under its own timeout (exit 124 when it ran out)
+timed() {  # timed NAME SECONDS CMD...: step under its own timeout (exit 124 when it ran out; 5 s more to be killed)
     local name=$1 seconds=$2; shift 2
+    if [ -n "$DRY" ]; then echo "step $name $seconds $*"; return; fi
     step "$name" timeout --kill-after=5 "$seconds" "$@"
 }
 
 MISSING='import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ("torchtitan", "torchao", "torchdata", "datasets", "tyro")))'
-if [ -d .whl ] && ! "$PY" -c "$MISSING"; then
-    step install_wheels "$PY" -m pip install -q --no-index --no-deps .whl/*.whl
+if [ -n "$DRY" ] || { [ -d .whl ] && ! "$PY" -c "$MISSING"; }; then  # a dry run counts it: a fresh machine lacks them
+    timed install_wheels 30 "$PY" -m pip install -q --no-index --no-deps .whl/*.whl
 fi
-"$PY" -c "import importlib.util as u, sys; sys.exit(u.find_spec('aogpt_plugin') is None)" || step install_project "$PY" -m pip install -q --no-deps --no-build-isolation -e .
-MODE=$("$PY" -c "import torch; print('gpu' if torch.cuda.is_available() else 'cpu')")
-"$PY" -c "
+"$PY" -c "import importlib.util as u, sys; sys.exit(u.find_spec('aogpt_plugin') is None)" || timed install_project 60 "$PY" -m pip install -q --no-deps --no-build-isolation -e .
+if [ -n "$DRY" ]; then
+    MODE=gpu
+else
+    MODE=$("$PY" -c "import torch; print('gpu' if torch.cuda.is_available() else 'cpu')")
+    "$PY" -c "
 import torch, platform
 print('torch', torch.__version__, 'python', platform.python_version())
 print('device', torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu')" | tee -a "$LOG"
+fi
 
 want tests && step pytest_gpu "$PY" -m pytest -m gpu tests/gpu -q -p no:cacheprovider --ignore tests/gpu/test_graphed_sampler.py --junitxml "$OUT/pytest_gpu.xml"
+# decode_tests (plan A): the CUDA tests of what the next rows measure: the compiled draw's split argmax, FlexDecoding
+# as the lowered kernel, the decode-attention setting in it and every setting's tokens alike
+want decode_tests && timed pytest_decode 100 "$PY" -m pytest -m gpu tests/gpu/test_graphed_sampler.py -q -p no:cacheprovider \
+    -k "split_argmax or flex_decoding or decode_attention" --junitxml "$OUT/pytest_decode.xml"
 AOGPT=("$PY" -m aogpt_plugin.cli)
 AOGPT_Q=$(printf '%q ' "${AOGPT[@]}")
 # The training part (issue 37). GPU: the rows of docs/benchmarks.md's training section; 120+140+110+150 s
 # of timeouts (+5 s kill grace each) = 9 minutes at most. CPU: the same commands at tiny sizes.
+COMPILE="--compile${GPU_CHECK_TRAIN_COMPILE:+ $GPU_CHECK_TRAIN_COMPILE}"  # plan B: --compile model
 if [ "$MODE" = gpu ]; then
     TRAIN_FLAVORS=(small:120 medium:140)
-    TRAIN_BATCH=16 LARGE_BATCH=64  # the recipes' micro-batch (8 was host-bound); train_batch: llm.c's for GPT-2 124M
-    TRAIN_SIZE="--seq-len 1024 --batch $TRAIN_BATCH --dtype bfloat16 --compile"
-    PROFILE_FLAVOR=small PROFILE_SIZE="--seq-len 1024 --batch 16 --steps 5 --dtype bfloat16 --compile" PROFILE_SECONDS=110
+    TRAIN_BATCH=16 LARGE_BATCH=64 LARGE_SECONDS=150  # the recipes' micro-batch (8 was host-bound); train_batch: llm.c's for GPT-2 124M
+    # a training flag every bench of the check should run with (a loss path, say) goes into TRAIN_SIZE and PROFILE_SIZE
+    TRAIN_SIZE="--seq-len 1024 --batch $TRAIN_BATCH --dtype bfloat16 $COMPILE"
+    PROFILE_FLAVOR=small PROFILE_SIZE="--seq-len 1024 --batch 16 --steps 5 --dtype bfloat16 $COMPILE" PROFILE_SECONDS=110
     # The paper's small recipe for its first steps on one GPU (issue 27): local Wikipedia shard instead of the
     # hub's OpenWebText (no network there), one 16 x 1024 micro-batch per step, validation and checkpoints off.
     FIRST_RECIPE=aogpt_small FIRST_BATCH=16 FIRST_STEPS=60 FIRST_LOG=5 FIRST_SECONDS=150
 else
     TRAIN_FLAVORS=(debugmodel:300)
-    TRAIN_BATCH=2 LARGE_BATCH=4
+    TRAIN_BATCH=2 LARGE_BATCH=4 LARGE_SECONDS=300
     TRAIN_SIZE="--seq-len 32 --batch $TRAIN_BATCH --steps 2 --rounds 2 --warmup 1"
     PROFILE_FLAVOR=debugmodel PROFILE_SIZE="--seq-len 32 --batch 2 --steps 2 --warmup 1" PROFILE_SECONDS=300
     FIRST_RECIPE=aogpt_debug FIRST_BATCH=8 FIRST_STEPS=2 FIRST_LOG=1 FIRST_SECONDS=300
 fi
-if [ -n "${GPU_CHECK_TRAIN_FLAVORS:-}" ]; then  # e.g. "small": the benches of those flavors only
+if [ "$MODE" = gpu ] && [ -n "${GPU_CHECK_TRAIN_FLAVORS:-}" ]; then  # e.g. "small": the benches of those flavors only
     wanted=" $GPU_CHECK_TRAIN_FLAVORS " kept=()
     for f in "${TRAIN_FLAVORS[@]}"; do [[ "$wanted" == *" ${f%:*} "* ]] && kept+=("$f"); done
     TRAIN_FLAVORS=("${kept[@]}")
@@ -110,7 +133,7 @@ if want train_bench training bench; then
     done
 fi
 # train_batch (in `bench`, not in `training`): the profiled flavor at a larger micro-batch, whether it pays
-want train_batch bench && timed "bench_train_${PROFILE_FLAVOR}_b$LARGE_BATCH" "$PROFILE_SECONDS" \
+want train_batch bench && timed "bench_train_${PROFILE_FLAVOR}_b$LARGE_BATCH" "$LARGE_SECONDS" \
     sh -c "$AOGPT_Q bench train --flavor $PROFILE_FLAVOR ${TRAIN_SIZE/--batch $TRAIN_BATCH /--batch $LARGE_BATCH } --json > $OUT/bench_train_${PROFILE_FLAVOR}_b$LARGE_BATCH.json"
 want train_profile training bench && timed "bench_train_profile_$PROFILE_FLAVOR" "$PROFILE_SECONDS" \
     sh -c "$AOGPT_Q bench train --flavor $PROFILE_FLAVOR $PROFILE_SIZE --profile --json > $OUT/bench_train_profile_$PROFILE_FLAVOR.json"
@@ -125,31 +148,32 @@ want first_steps training && timed "first_steps_$FIRST_RECIPE" "$FIRST_SECONDS" 
     --training.global_batch_size "$FIRST_BATCH" --training.steps "$FIRST_STEPS" --metrics.log_freq "$FIRST_LOG" \
     --metrics.disable_color_printing --validation.no-enable --checkpoint.no-enable
 unset TORCH_LOGS
+# The sampler rows. GPU: `small` at n=1024, the step compiled; CPU: debugmodel (tiny where a row attends with flex:
+# heads of 32) at n=16, the static step eager (inductor's CPU compile of each shape would take minutes of the suite).
+if [ "$MODE" = gpu ]; then
+    N=1024 SMALL=small FLEX_SMALL=small STEP=compile FLEX_STEP="--graphs compile" REPEATS=2
+    FLEX_DECODE=(32:"--batch 32 --splits default,4,8,16 --stages default,3 --warps default,4 --budget 90":120
+                 1:"--batch 1 --splits default,4,8,16 --stages default,3 --warps default --budget 60":90)
+else
+    N=16 SMALL=debugmodel FLEX_SMALL=tiny STEP=static FLEX_STEP="--graphs static --backend flex" REPEATS=1
+    FLEX_DECODE=(32:"--batch 2 --heads 2 --slots 128 --filled 30 --splits default,2 --stages default --warps default,4 --rounds 1 --calls 2":300
+                 1:"--batch 1 --heads 2 --slots 128 --filled 30 --splits default,2 --stages default --warps default --rounds 1 --calls 2":300)
+fi
+B32=$([ "$MODE" = gpu ] && echo 32 || echo 2)
 if [ "$MODE" = gpu ]; then
     want bench && for batch in 1 8 32; do
         step "bench_sampler_b$batch" sh -c "$AOGPT_Q bench sampler --flavor small --n 256 --batch $batch --repeats 3 --json > $OUT/bench_sampler_b$batch.json"
     done
     # The sampler part: 180+45+170+45+40 s of timeouts (+5 s grace each) = 8.4 minutes at most (on
     # an H200, 2026-11-28: the tests 46 s with inductor's cache warm, past 115 s cold; 32 s for batch 1,
-    # 131 s for batch 32, 70 of them the encoder, before the warm-up ran each AO variant three times and the
-    # profile covered T=n/4 and n/16); sampler_compile (inductor's step, compiled for AO, AR
-    # and the encoder, 35 s of compiling): 200+200 s more (2026-11-28: 107 s at batch 32 for T=n), so it is a call of its own.
+    # 131 s for batch 32, 70 of them the encoder, before the encoder was timed over 16 forwards a round)
     want sampler && timed pytest_graphed 180 "$PY" -m pytest -m gpu tests/gpu/test_graphed_sampler.py -q -p no:cacheprovider --junitxml "$OUT/pytest_graphed.xml"
-    for run in "sampler 1024 1 45 on all profile" "sampler 1024 32 170 on all profile" "sampler 256 32 45 on all -" \
-        "sampler_compile 1024 32 200 compile n profile" "sampler_compile 1024 1 200 compile all profile"; do
-        read -r part n batch seconds graphs tvalues profile <<< "$run"
+    for run in "sampler 1024 1 45 on all" "sampler 1024 32 170 on all" "sampler 256 32 45 on all"; do
+        read -r part n batch seconds graphs tvalues <<< "$run"
         name="bench_graphs_${graphs}_n${n}_b${batch}"
-        extra=$([ "$profile" = profile ] && echo "--step-profile $OUT/step_profile_${graphs}_n${n}_b${batch}.json")
+        extra=$([ "$n" = 1024 ] && echo "--step-profile $OUT/step_profile_${graphs}_n${n}_b${batch}.json")
         want "$part" && timed "$name" "$seconds" sh -c "$AOGPT_Q bench sampler --flavor small --n $n --batch $batch --repeats 2 --graphs $graphs --T $tvalues $extra --json > $OUT/$name.json"
     done
-    for batch_seconds in 32:90 1:90; do
-        batch=${batch_seconds%:*}
-        want flex_decode && timed "flex_decode_b$batch" "${batch_seconds#*:}" sh -c "$PY scripts/bench_flex_decode.py --batch $batch --json > $OUT/flex_decode_b$batch.json"
-    done
-    # sampler_autotune: the compiled T=n step at batch 32 with inductor's max-autotune (Triton GEMM templates
-    # against cuBLAS for the 32-row products, 278 us of the 2026-11-28 step; flex's configs), its compile in the
-    # log: whether `--graphs compile` should ask for it
-    want sampler_autotune && timed bench_graphs_compile_autotune_n1024_b32 300 sh -c "TORCHINDUCTOR_MAX_AUTOTUNE=1 $AOGPT_Q bench sampler --flavor small --n 1024 --batch 32 --repeats 2 --graphs compile --T n --step-profile $OUT/step_profile_compile_autotune_n1024_b32.json --json > $OUT/bench_graphs_compile_autotune_n1024_b32.json"
     # The CPU row's requests (docs/benchmarks.md) with the static step replayed from CUDA graphs: the tiny model and
     # SDPA, so its shapes (3 batch sizes x the prefill widths) capture without a FlexAttention compile each and the
     # untimed pass and two rounds fit 40 s.
@@ -157,10 +181,31 @@ if [ "$MODE" = gpu ]; then
 else
     want sampler && step bench_requests sh -c "$AOGPT_Q bench requests --flavor debugmodel --requests 12 --n 16 --batch-sizes 1,4 --repeats 2 --json > $OUT/bench_requests.json"
     want sampler && step bench_graphs_cpu sh -c "$AOGPT_Q bench sampler --flavor debugmodel --n 16 --batch 2 --repeats 1 --graphs static --step-profile $OUT/step_profile_cpu.json --json > $OUT/bench_graphs_static_cpu.json"
-    want sampler_autotune && step bench_graphs_autotune_cpu sh -c "TORCHINDUCTOR_MAX_AUTOTUNE=1 $AOGPT_Q bench sampler --flavor debugmodel --n 16 --batch 2 --repeats 1 --graphs compile --T n --json > $OUT/bench_graphs_compile_autotune_cpu.json"
-    want flex_decode && step flex_decode_cpu sh -c "$PY scripts/bench_flex_decode.py --batch 2 --heads 2 --slots 65 --filled 30 --splits default,2 --rounds 1 --calls 2 --json > $OUT/flex_decode_cpu.json"
-    step bench_sampler_cpu sh -c "$AOGPT_Q bench sampler --flavor debugmodel --n 16 --batch 1 --repeats 2 --json > $OUT/bench_sampler_b1.json"
+    want bench sampler && step bench_sampler_cpu sh -c "$AOGPT_Q bench sampler --flavor debugmodel --n 16 --batch 1 --repeats 2 --json > $OUT/bench_sampler_b1.json"
 fi
+# sampler_compile (plan A): inductor's step captured, at batch 32 for T=n (the encoder/AO goal, with the default
+# decode attention end to end; 2026-11-28: 107 s, 70 of them the encoder's rounds) and at batch 1 over every T (the
+# batch-1 goal and AR/AO(T=n/4), what --graphs auto should pick; AR beside it, no encoder); each with its profile
+for run in "sampler_compile_b32 $B32 110 n ar,encoder" "sampler_compile_b1 1 150 all ar"; do
+    read -r part batch seconds tvalues baselines <<< "$run"
+    name="graphs_${STEP}_n${N}_b${batch}"
+    want "$part" sampler_compile && timed "bench_$name" "$seconds" sh -c "$AOGPT_Q bench sampler --flavor $SMALL --n $N --batch $batch --repeats $REPEATS --graphs $STEP --T $tvalues --baselines $baselines --step-profile $OUT/step_profile_${STEP}_n${N}_b${batch}.json --json > $OUT/bench_$name.json"
+done
+# flex_decode (plan A at batch 32): the T=n step's decode attention per --decode-attention setting (layout x SPLIT_KV x
+# num_stages x num_warps; scripts/bench_flex_decode.py), timed from CUDA graphs; its "best" is plan C's setting
+for spec in "${FLEX_DECODE[@]}"; do
+    batch=${spec%%:*} rest=${spec#*:}
+    want "flex_decode_b$batch" flex_decode && timed "flex_decode_b$batch" "${rest##*:}" sh -c "$PY scripts/bench_flex_decode.py ${rest%:*} --json > $OUT/flex_decode_b$batch.json"
+done
+# sampler_decode_attention (plan C, by name): batch 32 compiled again with the setting plan A's bench found fastest
+if want sampler_decode_attention; then
+    SETTING=${GPU_CHECK_DECODE_ATTENTION:?plan C needs GPU_CHECK_DECODE_ATTENTION (plan A: flex_decode_b32.json, "best")}
+    timed bench_graphs_decode_attention 110 sh -c "$AOGPT_Q bench sampler --flavor $FLEX_SMALL --n $N --batch $B32 --repeats $REPEATS $FLEX_STEP --T n --decode-attention $SETTING --json > $OUT/bench_graphs_decode_attention_n${N}_b${B32}.json"
+fi
+# sampler_autotune (plan C-autotune): AO alone, compiled at batch 32 for T=n, inductor's Triton GEMM templates tried
+# against cuBLAS for its 32-row products (278 us of the 2026-11-28 step) and nothing else autotuned; the compile in the log
+want sampler_autotune && timed bench_graphs_autotune_gemm 170 sh -c "TORCHINDUCTOR_MAX_AUTOTUNE_GEMM=1 $AOGPT_Q bench sampler --flavor $SMALL --n $N --batch $B32 --repeats $REPEATS --graphs compile --T n --baselines none --json > $OUT/bench_graphs_compile_autotune_gemm_n${N}_b${B32}.json"
+[ -n "$DRY" ] && exit 0
 
 "$PY" - "$OUT" "$MODE" "${STEPS[@]}" <<'PYEOF' | tee -a "$LOG"
 import glob, json, os, sys, xml.etree.ElementTree as ET
@@ -198,7 +243,7 @@ for path in sorted(glob.glob(os.path.join(out, "step_profile_*.json"))):
     by_t = json.load(open(path))["by_T"]
     keys = ("wall_us_per_step", "busy_us_per_step", "idle_us_per_step", "host_us_per_step", "launches_per_step")
     summary["step_profiles"][os.path.basename(path)[:-5]] = {t: {k: p[k] for k in keys} for t, p in by_t.items()}
-summary["flex_decode"] = last_json_lines("flex_decode_*.json")  # per BlockMask layout and SPLIT_KV
+summary["flex_decode"] = last_json_lines("flex_decode_*.json")  # per decode-attention setting; "best": the fastest
 summary["ok"] = all(s["rc"] == 0 for s in steps) and all(v is not None for v in summary["benches"].values())
 json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=1)
 print(f"summary: mode {mode}, ok {summary['ok']}, {len(steps)} steps -> {os.path.join(out, 'summary.json')}")

@@ -29,7 +29,9 @@ INTRO = """## Sampler speed (`aogpt bench sampler`)
 
 Wall-clock seconds for one batch, random weights, one warm-up run first. AO = AO-GPT with the cached
 any-order sampler; encoder = bidirectional MDM of the same width/depth (T full-sequence forwards,
-no cache); AR = plain causal GPT of the same backbone with KV-cache decoding (n forwards).
+no cache; rows with `encoder_timed_forwards` in their JSON time its first 16 forwards a round, times T's
+forwards: a forward is the same work at every T); AR = plain causal GPT of the same backbone with KV-cache
+decoding (n forwards).
 With `--repeats R` every round times each variant once, in turn: seconds are medians over the R
 rounds, and a ratio is the median of its R per-round ratios with their [min, max] after it.
 Goals (issue 3, not asserted): encoder/AO at T=n >= 40x on CPU (small, n=256); on a GPU >= 25x at
@@ -67,6 +69,8 @@ def ratio_cell(result: dict, key: str, fmt: str) -> str:
 
 def format_row(result: dict) -> str:
     steps = [str(t) for t in result["steps"]]
+    encoder, ar = result.get("encoder_seconds"), result.get("ar_seconds")
+    optional = lambda key, fmt: ratio_cell(result, key, fmt) if key in result else "-"  # noqa: E731
     cells = [
         datetime.date.today().isoformat(),
         f"`{result['command']}`",
@@ -76,18 +80,18 @@ def format_row(result: dict) -> str:
         str(result["batch"]),
         f"{result['dtype']}, {result['linears']} linears" if "linears" in result else result["dtype"],
         ", ".join(f"{result['ao_seconds'][t]:.3f}" for t in steps),
-        ", ".join(f"{result['encoder_seconds'][t]:.3f}" for t in steps),
-        f"{result['ar_seconds']:.3f}",
+        ", ".join(f"{encoder[t]:.3f}" for t in steps) if encoder else "-",
+        f"{ar:.3f}" if ar is not None else "-",
         " / ".join(
             [
                 ",".join(str(result["ao_forward_passes"][t]) for t in steps),
-                ",".join(str(result["encoder_forward_passes"][t]) for t in steps),
-                str(result["ar_forward_passes"]),
+                ",".join(str(result["encoder_forward_passes"][t]) for t in steps) if encoder else "-",
+                str(result.get("ar_forward_passes", "-")),
             ]
         ),
-        ratio_cell(result, "ao_vs_encoder_speedup", "{:.2f}x"),
-        ratio_cell(result, "ao_vs_ar_time_ratio", "{:.3f}"),
-        ratio_cell(result, "ao_quarter_vs_ar_speedup", "{:.2f}x"),
+        optional("ao_vs_encoder_speedup", "{:.2f}x"),
+        optional("ao_vs_ar_time_ratio", "{:.3f}"),
+        optional("ao_quarter_vs_ar_speedup", "{:.2f}x"),
     ]
     return "| " + " | ".join(c.replace("|", "/") for c in cells) + " |"
 
@@ -152,7 +156,7 @@ GRAPH_COLUMNS = (
     "flavor",
     "n",
     "batch",
-    "dtype, graphs",
+    "dtype, graphs, decode attention",
     "ms per forward: AO T=n / encoder T=n / AR",
     "AO s (T=n, n/4, n/16)",
     "encoder s (T=n, n/4, n/16)",
@@ -176,11 +180,11 @@ def format_graph_row(result: dict) -> str:
         result["flavor"],
         str(n),
         str(result["batch"]),
-        f"{result['dtype']}, {result['graphs']}",
+        ", ".join([result["dtype"], result["graphs"], *filter(None, [result.get("decode_attention")])]),
         f"{timed(f'ao {n}')} / {timed(f'encoder {n}')} / {timed('ar')}",
         ", ".join(f"{result['ao_seconds'][t]:.3f}" for t in steps),
         ", ".join(f"{encoder[t]:.3f}" for t in steps) if encoder else "-",
-        f"{result['ar_seconds']:.3f}",
+        f"{result['ar_seconds']:.3f}" if "ar_seconds" in result else "-",
         optional("ao_vs_encoder_speedup", "{:.2f}x"),
         optional("ao_vs_ar_time_ratio", "{:.3f}"),
         optional("ao_quarter_vs_ar_speedup", "{:.2f}x"),

@@ -467,6 +467,9 @@ BAD_GENERATE = [
     ({"progress": "yes"}, r"^progress 'yes' is a str; allowed: True or False$"),
     ({"top_k": 2.0}, r"^top_k 2.0 is a float; allowed: an integer$"),
     ({"order": 5}, r"^order 5 is an int; allowed: random, l2r, a tensor of positions"),
+    ({"decode_attention": "dense"}, r"^decode_attention='dense': the layout 'dense' is not one of full, partial"),
+    ({"decode_attention": "full"}, r"^decode_attention='full' sets the static step's FlexAttention, and this run"),
+    ({"decode_attention": 4}, r"^decode_attention 4 is an int; allowed: a string$"),
 ]
 
 

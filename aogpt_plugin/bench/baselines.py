@@ -156,6 +156,27 @@ def encoder_step(state: StaticEncoder, r: torch.Tensor, sampling: SamplingParams
     state.step_index.add_(1)
 
 
+def encoder_plan(
+    length: int, steps: int, batch: int, schedule: str = "linear", counts: str = "deterministic", seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+    """The encoder sampler's run, drawn on the host as the AO sampler draws its own: each sample's order
+    (B, n) and tokens per step (B, T), and the seeds (sample i: sample_seed(seed, i))."""
+    seeds = [sample_seed(seed, i) for i in range(batch)]
+    generators = [plan_generator(s) for s in seeds]
+    orders = sample_orders(length, (length,) * batch, (Prompt(),) * batch, ("random",) * batch, generators)
+    return orders, step_counts([length] * batch, steps, schedule, counts, generators), seeds
+
+
+def encoder_forwards(
+    length: int, steps: int, batch: int, schedule: str = "linear", counts: str = "deterministic", seed: int = 0
+) -> int:
+    """The forwards `encoder_generate` runs with these arguments: one per step that unmasks a token. Each is
+    the same full forward whatever T (only its head's rows follow the step's count), so the bench times a
+    few and multiplies (bench/sampler_speed.py)."""
+    per_step = encoder_plan(length, steps, batch, schedule, counts, seed)[1]
+    return int((per_step.max(dim=0).values > 0).sum())
+
+
 @torch.inference_mode()
 def encoder_generate(
     model: EncoderMDM,
@@ -169,11 +190,13 @@ def encoder_generate(
     linears: str = "auto",
     graphs: str = "off",
     choices: SamplerChoices | None = None,
+    forwards: int | None = None,
 ) -> EncoderResult:
     """The standard MDM sampler: start all-[MASK]; each step is one full forward over all n slots.
     Sample i is seeded sample_seed(seed, i), as the AO sampler's (its order, counts and noise).
     `graphs` (graphs.py): off runs the loop below; the other modes run the same step at fixed shapes.
-    `choices`: the AO sampler's, resolved (the benchmark's); else resolved here from `linears` and `graphs`."""
+    `choices`: the AO sampler's, resolved (the benchmark's); else resolved here from `linears` and `graphs`.
+    `forwards`: stop after that many (a run cut short, to time a forward; the tokens are then partly masked)."""
     sampling = (sampling or SamplingParams()).validate()
     weight = model.output.weight
     device = weight.device
@@ -182,12 +205,10 @@ def encoder_generate(
     mode = choices.graphs
     view = decode_model(model, choices.linears)  # the same Linear kernels as the AO sampler (decoder.py)
     model = view.model
-    seeds = [sample_seed(seed, i) for i in range(batch)]
-    generators = [plan_generator(s) for s in seeds]
-    orders = sample_orders(length, (length,) * batch, (Prompt(),) * batch, ("random",) * batch, generators)
+    orders, per_step, seeds = encoder_plan(length, steps, batch, schedule, counts, seed)
     orders = orders.to(device)
-    per_step = step_counts([length] * batch, steps, schedule, counts, generators)
     noise_keys = torch.tensor([noise_seed(s) for s in seeds], dtype=torch.long, device=device)
+    limit = per_step.shape[1] if forwards is None else forwards
     synchronize(device)
     start_time = time.perf_counter()
     if mode != "off":
@@ -198,11 +219,12 @@ def encoder_generate(
             view.step_buffers.clear()
             state = view.step_buffers[key] = StaticEncoder(model, batch, length, mode)
         state.start(orders, per_step.to(device), noise_keys)
-        for rows in per_step.max(dim=0).values.tolist():
+        rows_of_steps = per_step.max(dim=0).values.tolist()[:limit]
+        for rows in rows_of_steps:
             state.run_step(rows, sampling)
         tokens = state.x[:, :length].cpu()
         synchronize(device)
-        return EncoderResult(tokens, per_step.shape[1], time.perf_counter() - start_time)
+        return EncoderResult(tokens, len(rows_of_steps), time.perf_counter() - start_time)
     x = torch.full((batch, length + 1), model.mask_id, dtype=torch.long, device=device)  # column n: scratch
     known = torch.zeros(batch, dtype=torch.long)
     workspace = NoiseWorkspace()
@@ -212,6 +234,8 @@ def encoder_generate(
         new = per_step[:, step]
         if int(new.max()) == 0:
             continue
+        if forward_passes == limit:
+            break
         r = torch.arange(int(new.max()))
         at = orders.gather(1, torch.clamp(known[:, None] + r, max=length - 1).to(device))
         h = model.hidden(x[:, :length])

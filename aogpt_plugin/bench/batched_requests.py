@@ -135,6 +135,7 @@ def run_bench(model, requests: list[dict], sizes: list[int], device, dtype, grap
         "same_tokens_at_every_batch_size": all(by_size[s] == by_size[reference] for s in sizes),
         "graphs": choices.graphs,
         "backend": choices.backend,
+        "decode_attention": choices.decode_setting,
         "repeats": repeats,
         "rounds": [{str(s): round(v, 2) for s, v in r.items()} for r in rounds],
     }

@@ -33,7 +33,9 @@ def profile_decode_steps(model, config, choices, forwards: int, count: int = 8) 
     from ..sampler.static import static_decoder
 
     device = model.tok_embeddings.weight.device
-    state = static_decoder(model, config.num_samples, choices.backend, choices.linears, choices.graphs)
+    state = static_decoder(
+        model, config.num_samples, choices.backend, choices.linears, choices.graphs, choices.decode_attention
+    )
     if forwards < 2:
         raise ValueError(f"a step profile needs two forwards or more; T={config.steps} runs {forwards}")
     count = max(1, min(count, forwards - 1))

@@ -2,12 +2,17 @@
 
 All three use random weights of one flavor (timing of a fixed step count does not depend on the weights):
   ao       - AO-GPT (adaLN) with the cached any-order sampler, T in {n, n/4, n/16}
-  encoder  - the bidirectional MDM of the same width/depth, T full-sequence forwards, same T values
+  encoder  - the bidirectional MDM of the same width/depth: T full-sequence forwards, same T values. Each
+             forward is the same work at every T (its head alone follows the step's rows: 0.5% of the
+             FLOPs at `small`, n=1024), so a round times the first ENCODER_TIMED_FORWARDS forwards of a
+             T=n run and its seconds at T are that per forward x T's forwards (T=n's forward is the
+             cheapest: the ratios at T < n lean, by that 0.5%, against AO)
   ar       - a plain causal GPT of the same backbone (conditioning=none), KV-cache decode, n steps
   spec     - with --speculative K|auto: exact speculative sampling (sampler/generation.py), whose
              forward passes depend on how often drafts are accepted -- so time it on a trained model:
              --model MODEL_DIR replaces the random weights; ao, spec and ar (the same weights read left
              to right) all use it, and the encoder is left out.
+`--baselines` leaves AR or the encoder (or both: `none`) out, e.g. for a row that times AO alone.
 Each is run once untimed first (warm-up: allocator, kernels, flex compile). Then --repeats rounds
 each time every variant once, in turn, so drift on a shared machine hits all of them alike; seconds
 are medians over the rounds, and each ratio is the median of its per-round ratios (with their range).
@@ -29,7 +34,7 @@ from typing import TYPE_CHECKING
 from ..devices import add_verify_arg, device_name, resolve_device, resolve_dtype, synchronize
 from ..errors import UserError
 from ..model import FLAVORS
-from ..sampler.options import BACKENDS, LINEAR_KERNELS, add_graphs_arg
+from ..sampler.options import BACKENDS, LINEAR_KERNELS, add_decode_attention_arg, add_graphs_arg
 from . import command_environment, median_and_range
 
 if TYPE_CHECKING:  # the models and samplers load when a benchmark runs, not for `--help`
@@ -53,6 +58,13 @@ def add_to(subparsers) -> None:
     p.add_argument("--model", default=None, metavar="MODEL_DIR", help="a converted (trained) model instead of --flavor")
     p.add_argument("--speculative", default=None, metavar="K|auto", help="also time speculative sampling")
     add_graphs_arg(p)
+    add_decode_attention_arg(p)
+    p.add_argument(
+        "--baselines",
+        default="ar,encoder",
+        metavar="LIST",
+        help="what AO is timed against: a comma list of ar, encoder, or none (default ar,encoder; --model: no encoder)",
+    )
     p.add_argument(
         "--T", dest="t_values", choices=("all", "n"), default="all", help="step counts timed: n, n/4, n/16 (all) or n"
     )
@@ -76,10 +88,23 @@ def step_values(n: int) -> list[int]:
     return list(dict.fromkeys(max(1, n // d) for d in (1, 4, 16)))
 
 
+BASELINES = ("ar", "encoder")
+ENCODER_TIMED_FORWARDS = 16  # the encoder's forwards a round times (its cost per forward does not depend on T)
+
+
+def parse_baselines(text: str) -> tuple[str, ...]:
+    """`--baselines`: a comma list of BASELINES, or none; one UserError otherwise."""
+    items = () if text == "none" else tuple(text.split(","))
+    if text != "none" and (not all(b in BASELINES for b in items) or len(set(items)) != len(items)):
+        raise UserError(f"--baselines {text!r} is not a comma list of {', '.join(BASELINES)}, or none")
+    return items
+
+
 def check_args(args) -> None:
     from ..model_dir import read_config
     from ..sampler.speculative import parse_draft
 
+    args.baselines = parse_baselines(args.baselines)
     if args.speculative is not None:
         args.speculative = parse_draft(args.speculative)
     if args.model is not None:
@@ -145,23 +170,28 @@ def run_bench(
     speculative: int | str | None = None,
     t_values: str = "all",
     profile_steps: int = 0,
+    baselines: tuple[str, ...] = BASELINES,
 ) -> dict:
     """Median timings (seconds) over `repeats` interleaved rounds, forward-pass counts, and the
     headline ratios. `choices`: the run's graphs mode, attention and Linear kernel, resolved once
     (sampler/choices.py) and applied to all three alike: with graphs on, AR decoding is the AO sampler's
     static step at T=n with the identity order on the conditioning-free backbone. `model` (trained
     weights) replaces the flavor's random AO and AR models and drops the encoder. `profile_steps` > 0 (a
-    static graphs mode) adds "step_profile": that many AO decode steps profiled at each T (decode_profile.py)."""
+    static graphs mode) adds "step_profile": that many AO decode steps profiled at each T (decode_profile.py).
+    `baselines`: which of AR and the encoder run (the encoder: ENCODER_TIMED_FORWARDS forwards a round)."""
     from ..sampler.generation import SampleConfig, generate, speculative_generate
     from ..sampler.graphs import STEADY_CALL
-    from .baselines import ar_generate, build_decoder, build_encoder_mdm, encoder_generate
+    from .baselines import ar_generate, build_decoder, build_encoder_mdm, encoder_forwards, encoder_generate
 
     graphs, backend, linears = choices.graphs, choices.backend, choices.linears
     steps = step_values(n) if t_values == "all" else [n]
     ao = model if model is not None else build_decoder(flavor, "adaln", device, dtype)
-    ar = model if model is not None else build_decoder(flavor, "none", device, dtype)
-    enc = build_encoder_mdm(FLAVORS[flavor], device, dtype) if model is None else None
+    ar = None
+    if "ar" in baselines:
+        ar = model if model is not None else build_decoder(flavor, "none", device, dtype)
+    enc = build_encoder_mdm(FLAVORS[flavor], device, dtype) if model is None and "encoder" in baselines else None
     common = dict(length=n, num_samples=batch, seed=1)
+    timed_forwards = min(ENCODER_TIMED_FORWARDS, n)
 
     def spec_run():
         return speculative_generate(ao, SampleConfig(steps=n, **common), speculative, choices=choices)[0]
@@ -169,8 +199,8 @@ def run_bench(
     def ao_run(t: int):
         return generate(ao, SampleConfig(steps=t, **common), choices=choices)
 
-    def enc_run(t: int):
-        return encoder_generate(enc, n, t, batch, seed=1, choices=choices)
+    def enc_run():  # the first forwards of a T=n run: a forward's work is the same at every T
+        return encoder_generate(enc, n, n, batch, seed=1, choices=choices, forwards=timed_forwards)
 
     def ar_run():
         if graphs != "off":  # the same noise as ar_generate's: the same tokens
@@ -180,37 +210,43 @@ def run_bench(
     variants = {f"ao {t}": lambda t=t: ao_run(t) for t in steps}
     if speculative is not None:
         variants["spec"] = spec_run
-    variants["ar"] = ar_run
+    if ar is not None:
+        variants["ar"] = ar_run
     if enc is not None:
-        variants.update({f"encoder {t}": lambda t=t: enc_run(t) for t in steps})
+        variants["encoder"] = enc_run
+        enc_forwards = {t: encoder_forwards(n, t, batch, seed=1) for t in steps}
 
     warm_runs = STEADY_CALL if graphs in ("on", "compile") else 1  # `static` runs every call eagerly
     _log(f"bench sampler: {flavor} n={n} batch={batch} on {device_name(device)}, graphs {graphs}; warm-up")
     if graphs == "off":
         ao_run(steps[-1])
         ao_run(steps[0])
-        if enc is not None:
-            encoder_generate(enc, n, min(2, n), batch, seed=1, choices=choices)
     else:  # every step shape of every variant compiled and captured before the timed rounds: a shape that
         # comes once a generation (the first step of T < n) reaches its replay at its STEADY_CALL-th run
         for t in steps:
             for _ in range(warm_runs):
                 ao_run(t)
-            if enc is not None:
-                for _ in range(warm_runs if t < STEADY_CALL else 1):  # T calls of one shape a generation
-                    enc_run(t)
+    if enc is not None:  # one step shape, called timed_forwards times a run
+        for _ in range(1 if timed_forwards >= warm_runs else warm_runs):
+            enc_run()
     for _ in range(warm_runs):
         if speculative is not None:
             spec_run()
-        ar_run()
+        if ar is not None:
+            ar_run()
     synchronize(device)
     rounds, forwards = [], {}
     for i in range(repeats):
         times = {}
         for name, run_variant in variants.items():
             r = run_variant()
-            times[name], forwards[name] = r.seconds, r.forward_passes
             _log(f"  round {i + 1}/{repeats}  {name:12s}: {r.seconds:8.3f} s  {r.forward_passes} forwards")
+            if name != "encoder":
+                times[name], forwards[name] = r.seconds, r.forward_passes
+                continue
+            for t in steps:  # the encoder at T: its seconds per forward x T's forwards
+                times[f"encoder {t}"] = r.seconds / r.forward_passes * enc_forwards[t]
+                forwards[f"encoder {t}"] = enc_forwards[t]
         rounds.append(times)
     summary = summarize(rounds, n)
     med = summary["median_seconds"]
@@ -227,6 +263,7 @@ def run_bench(
             profiled["step_profile"][str(t)] = profile_decode_steps(
                 ao, config, choices, forwards[f"ao {t}"], profile_steps
             )
+    ran = [b for b, model_ in (("ar", ar), ("encoder", enc)) if model_ is not None]
     return {
         "flavor": flavor,
         "n": n,
@@ -236,21 +273,23 @@ def run_bench(
         "backend": backend,
         "linears": linears,
         "graphs": graphs,
+        "decode_attention": choices.decode_setting,
+        "baselines": ran,
         "repeats": repeats,
         "steps": steps,
         "ao_seconds": {str(t): round(med[f"ao {t}"], 4) for t in steps},
         "ao_forward_passes": {str(t): forwards[f"ao {t}"] for t in steps},
-        "ar_seconds": round(med["ar"], 4),
-        "ar_forward_passes": forwards["ar"],
         "ao_tokens_per_second": {str(t): round(n * batch / med[f"ao {t}"], 1) for t in steps},
         "ms_per_forward": {k: round(1000 * med[k] / max(forwards[k], 1), 4) for k in med},
         **summary["ratios"],
         "ratio_range": summary["ratio_range"],
         "rounds": [{k: round(v, 4) for k, v in r.items()} for r in rounds],
+        **({"ar_seconds": round(med["ar"], 4), "ar_forward_passes": forwards["ar"]} if ar is not None else {}),
         **(
             {
                 "encoder_seconds": {str(t): round(med[f"encoder {t}"], 4) for t in steps},
                 "encoder_forward_passes": {str(t): forwards[f"encoder {t}"] for t in steps},
+                "encoder_timed_forwards": timed_forwards,
                 "encoder_vs_ao_speedup_by_T": {str(t): round(med[f"encoder {t}"] / med[f"ao {t}"], 3) for t in steps},
             }
             if enc is not None
@@ -281,7 +320,7 @@ def write_step_profile(path: str, result: dict) -> None:
 
     profiles = result.pop("step_profile")
     tables = {t: format_kernels(profile) for t, profile in profiles.items()}
-    meta = {k: result[k] for k in ("flavor", "n", "batch", "dtype", "backend", "linears", "graphs")}
+    meta = {k: result[k] for k in ("flavor", "n", "batch", "dtype", "backend", "linears", "graphs", "decode_attention")}
     by_t = {t: {**profile, "table": tables[t]} for t, profile in profiles.items()}
     write_file(path, (json.dumps({**meta, "by_T": by_t}, indent=1) + "\n").encode(), f"--step-profile {path!r}")
     totals = {t: {k: v for k, v in profile.items() if k != "kernels"} for t, profile in profiles.items()}
@@ -306,7 +345,10 @@ def run(args) -> int:
     dtype = resolve_dtype(args.dtype or ("bfloat16" if device.type == "cuda" else "float32"))
     model_args = read_config(args.model).model_args if args.model is not None else FLAVORS[args.flavor]
     # a bad combination fails here, before any model is built
-    choices = resolve_choices(args.graphs, args.backend, args.linears, device, dtype, model_args.head_dim)
+    choices = resolve_choices(
+        args.graphs, args.backend, args.linears, device, dtype, model_args.head_dim,
+        decode_attention=args.decode_attention,
+    )  # fmt: skip
     if args.step_profile is not None and choices.graphs == "off":
         raise UserError(
             f"--step-profile profiles the static step; --graphs {args.graphs} runs the dynamic sampler on "
@@ -327,6 +369,7 @@ def run(args) -> int:
         args.speculative,
         args.t_values,
         PROFILED_STEPS if args.step_profile is not None else 0,
+        args.baselines,
     )
     if args.step_profile is not None:
         write_step_profile(args.step_profile, result)
@@ -344,6 +387,10 @@ def run(args) -> int:
         argv.append(f"--linears {args.linears}")
     if args.graphs != "auto":
         argv.append(f"--graphs {args.graphs}")
+    if args.decode_attention != "auto":
+        argv.append(f"--decode-attention {args.decode_attention}")
+    if args.baselines != BASELINES:
+        argv.append(f"--baselines {','.join(args.baselines) or 'none'}")
     if args.t_values != "all":
         argv.append(f"--T {args.t_values}")
     if args.step_profile is not None:
@@ -359,7 +406,8 @@ def run(args) -> int:
     n = args.n
     print(
         f"{args.model or args.flavor} n={n} batch={args.batch} on {result['device']} ({result['dtype']}, "
-        f"{result['linears']} linears, graphs {result['graphs']})"
+        f"{result['linears']} linears, graphs {result['graphs']}"
+        + (f", decode attention {result['decode_attention']})" if result["decode_attention"] else ")")
     )
     for t in result["steps"]:
         line = f"  T={t:5d}  ao {result['ao_seconds'][str(t)]:9.3f} s ({result['ao_forward_passes'][str(t)]} fwd)"
@@ -374,9 +422,12 @@ def run(args) -> int:
             f"  speculative {result['speculative']}: {result['spec_seconds']:.3f} s ({result['spec_forward_passes']} fwd, "
             f"{result['spec_forwards_per_token']:.3f} per token)"
         )
-    print(f"  AR decode {result['ar_seconds']:.3f} s ({result['ar_forward_passes']} fwd)")
+    if "ar_seconds" in result:
+        print(f"  AR decode {result['ar_seconds']:.3f} s ({result['ar_forward_passes']} fwd)")
     per_step = result["ms_per_forward"]
-    line = f"  ms per forward: ao T=n {per_step[f'ao {n}']:.3f}, ar {per_step['ar']:.3f}"
+    line = f"  ms per forward: ao T=n {per_step[f'ao {n}']:.3f}"
+    if "ar" in per_step:
+        line += f", ar {per_step['ar']:.3f}"
     if f"encoder {n}" in per_step:
         line += f", encoder {per_step[f'encoder {n}']:.3f}"
     print(line)

@@ -1,5 +1,6 @@
 """The sampler's choices for one run, resolved once for the device it runs on: how each decode step
-runs (`--graphs`), the attention backend, the Linear kernel and the sampler (parallel or speculative).
+runs (`--graphs`), the attention backend, the static step's FlexAttention (`--decode-attention`), the
+Linear kernel and the sampler (parallel or speculative).
 
 Why one place: gpt-fast decides its fast path once, in `main`. Here `resolve_choices` is that place:
 `SampleRequest.plan` (the commands and the Python API), `generate` for a caller that hands it only a
@@ -16,7 +17,15 @@ import torch
 
 from ..errors import UserError
 from .graphs import uses_inductor
-from .options import BACKENDS, GRAPHS, LINEAR_KERNELS
+from .options import (
+    BACKENDS,
+    DECODE_ATTENTION_FORM,
+    DECODE_KNOBS,
+    DECODE_LAYOUTS,
+    GRAPHS,
+    LINEAR_KERNELS,
+    DecodeAttention,
+)
 
 PARALLEL, SPECULATIVE = "parallel", "speculative"
 
@@ -29,6 +38,12 @@ class SamplerChoices:
     backend: str  # sdpa | flex
     linears: str  # aten | onednn
     sampler: str = PARALLEL  # parallel | speculative
+    decode_attention: DecodeAttention | None = None  # the static step's FlexAttention; None: no such step
+
+    @property
+    def decode_setting(self) -> str | None:
+        """The static step's FlexAttention setting as a record spells it (None: the run has no such step)."""
+        return None if self.decode_attention is None else str(self.decode_attention)
 
 
 def resolve_choices(
@@ -39,20 +54,22 @@ def resolve_choices(
     dtype: torch.dtype,
     head_dim: int | None = None,
     speculative: bool = False,
+    decode_attention: str = "auto",
 ) -> SamplerChoices:
     """The run's choices on `device` for weights of `dtype` (a model with heads of `head_dim`)."""
     mode = resolve_graphs(graphs, device)
     kernel = resolve_linear_kernel(step_linears(graphs, device, backend, linears), device, dtype)
-    return SamplerChoices(
-        mode, resolve_backend(backend, device, head_dim), kernel, SPECULATIVE if speculative else PARALLEL
-    )
+    attention = resolve_backend(backend, device, head_dim)
+    sampler = SPECULATIVE if speculative else PARALLEL
+    return SamplerChoices(mode, attention, kernel, sampler, resolve_decode_attention(decode_attention, attention, mode))
 
 
-def check_names(graphs: str, backend: str, linears: str) -> None:
+def check_names(graphs: str, backend: str, linears: str, decode_attention: str = "auto") -> None:
     """The names alone, against their allowed lists, before a device is known (SampleConfig.validate)."""
     _check("backend", backend, BACKENDS)
     _check("linears", linears, LINEAR_KERNELS)
     _check("graphs", graphs, GRAPHS)
+    parse_decode_attention(decode_attention)
 
 
 def _check(name: str, value: str, allowed: tuple[str, ...]) -> None:
@@ -124,3 +141,81 @@ def resolve_linear_kernel(kernel: str, device: torch.device | str, dtype: torch.
             "allowed here: auto, aten"
         )
     return kernel
+
+
+# FlexDecoding splits each (sample, head)'s keys over SPLIT_KV programs; torch's SPLIT_KV is 2 x SMs / (batch x
+# heads), 1 at batch 32 x 12 heads on an H200: 384 programs each walk the filled cache's 64-slot tiles in series
+# (25.3 us a layer of the 2026-11-28 step, docs/benchmarks.md). Listed as full blocks, the tiles of a step split
+# the whole cache, so the filled ones land unevenly: at step 508 of 1024, SPLIT_KV 4 gives its programs 2, 0, 1
+# and 5 tiles. With every touched block partial they split only the touched ones: 2, 2, 2, 2, and the longest
+# program walks 2.5 tiles on average over a generation, against 9 today (FlexDecoding's split replayed on the
+# step's masks: `pytest tests/sampler/test_choices.py -k work_split -s`). Pipelining and warps stay torch's until a
+# GPU measures them (scripts/bench_flex_decode.py).
+DEFAULT_DECODE_ATTENTION = DecodeAttention("partial", split=4)
+DECODE_KNOB_VALUES = {"split": range(1, 65), "stages": range(1, 9), "warps": (1, 2, 4, 8, 16)}
+
+
+def flex_backends() -> tuple[str, ...]:
+    """The BACKEND values the installed torch's FlexAttention takes (none before it had the option)."""
+    import typing
+
+    from torch.nn.attention import flex_attention
+
+    return typing.get_args(getattr(flex_attention, "_Backend", None)) or ()
+
+
+def parse_decode_attention(text: str) -> DecodeAttention | None:
+    """`--decode-attention`'s setting (None for auto), or one UserError naming the bad part and the form."""
+
+    def bad(problem: str) -> UserError:
+        return UserError(f"decode_attention={text!r}: {problem}; allowed: {DECODE_ATTENTION_FORM}", "decode_attention")
+
+    if not isinstance(text, str):
+        raise UserError(
+            f"decode_attention={text!r} is not a string; allowed: {DECODE_ATTENTION_FORM}", "decode_attention"
+        )
+    if text == "auto":
+        return None
+    layout, *knobs = text.split(",")
+    if layout not in DECODE_LAYOUTS:
+        raise bad(f"the layout {layout!r} is not one of {', '.join(DECODE_LAYOUTS)}")
+    values: dict = {}
+    for knob in knobs:
+        key, _, value = knob.partition("=")
+        if key not in DECODE_KNOBS or not value:
+            raise bad(f"{knob!r} is not KEY=VALUE with a key of {', '.join(DECODE_KNOBS)}")
+        if key in values:
+            raise bad(f"{key} is given twice")
+        if key == "backend":
+            backends = flex_backends()
+            if value not in backends:
+                have = (
+                    f"not one of {', '.join(backends)}" if backends else "not an option of this torch's FlexAttention"
+                )
+                raise bad(f"backend={value} is {have}")
+            values[key] = value
+            continue
+        allowed = DECODE_KNOB_VALUES[key]
+        if not value.isdigit() or int(value) not in allowed:
+            span = f"{allowed[0]}..{allowed[-1]}" if isinstance(allowed, range) else "|".join(map(str, allowed))
+            raise bad(f"{key}={value} is not in {span}")
+        values[key] = int(value)
+    return DecodeAttention(layout, **values)
+
+
+def resolve_decode_attention(text: str, backend: str, mode: str) -> DecodeAttention | None:
+    """The static step's FlexAttention setting for a run whose attention is `backend` and whose steps run
+    `mode` (both resolved): `auto` -> DEFAULT_DECODE_ATTENTION where the run has such a step, None elsewhere;
+    a setting given for a run without one is refused (it would change nothing)."""
+    setting = parse_decode_attention(text)
+    applies = backend == "flex" and mode != "off"
+    if setting is None:
+        return DEFAULT_DECODE_ATTENTION if applies else None
+    if not applies:
+        raise UserError(
+            f"decode_attention={text!r} sets the static step's FlexAttention, and this run has none (backend "
+            f"{backend!r}, graphs {mode!r}); allowed with it: backend flex with graphs on, compile or static, or "
+            "decode_attention 'auto'",
+            "decode_attention",
+        )
+    return setting

@@ -22,7 +22,7 @@ import sys
 from ..devices import add_runtime_args
 from ..errors import UserError, flag_name
 from ..orders import READ_ORDERS
-from .options import BACKENDS, COUNTS, SCHEDULES, add_graphs_arg
+from .options import BACKENDS, COUNTS, SCHEDULES, add_decode_attention_arg, add_graphs_arg
 
 
 def add_to(subparsers) -> None:
@@ -66,6 +66,7 @@ def add_to(subparsers) -> None:
     )
     p.add_argument("--backend", choices=BACKENDS, default="auto", help="attention (auto: per device)")
     add_graphs_arg(p)
+    add_decode_attention_arg(p)
     g = p.add_argument_group("many requests (one JSON object a line)")
     g.add_argument(
         "--requests",
@@ -179,6 +180,7 @@ def run(args) -> int:
             device=device_name(device),
             backend=args.backend,
             graphs=args.graphs,
+            decode_attention=plan.choices.decode_setting,
             dtype=args.dtype,
             **speculative,
         )
@@ -306,6 +308,7 @@ def run_requests(args, device, dtype) -> int:
         "tokens_per_second": round(tokens / max(sampling_seconds, 1e-9), 3),
         "batch_size": args.batch_size,
         "graphs": batch_plan.choices.graphs,
+        "decode_attention": batch_plan.choices.decode_setting,
         "device": device_name(device),
         "out": args.out,
     }

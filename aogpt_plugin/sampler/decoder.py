@@ -31,6 +31,7 @@ from torch.nn.attention.flex_attention import BlockMask, flex_attention
 from ..model import AOGPT, TransformerBlock
 from .graphs import raise_compile_limits
 from .masks import FlexStepMask, dense_mask
+from .options import DecodeAttention
 
 # ---- attention backends ---------------------------------------------------------------------
 
@@ -58,9 +59,19 @@ def sdpa_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.T
 
 
 def flex_attend(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask: BlockMask, per_shape: bool = False
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    block_mask: BlockMask,
+    per_shape: bool = False,
+    kernel_options: dict | None = None,
 ) -> torch.Tensor:
-    return compiled_flex_attention(per_shape)(q, k, v, block_mask=block_mask)
+    return compiled_flex_attention(per_shape)(q, k, v, block_mask=block_mask, kernel_options=kernel_options)
+
+
+# inductor lowers FlexAttention of fewer query rows than this to FlexDecoding (flex_decoding._use_flex_decoding),
+# the kernel a DecodeAttention's options are for; a wider step (a prompt's prefill) keeps torch's options
+FLEX_DECODING_QUERIES = 128
 
 
 # ---- the decode view: adaLN tables and packed Linears ---------------------------------------
@@ -271,9 +282,20 @@ class KVCache:
 
 # ---- the cached forward pass ----------------------------------------------------------------
 class CachedDecoder:
-    def __init__(self, model: AOGPT, batch: int, slots: int, backend: str, linears: str, flex_per_shape: bool = False):
+    def __init__(
+        self,
+        model: AOGPT,
+        batch: int,
+        slots: int,
+        backend: str,
+        linears: str,
+        flex_per_shape: bool = False,
+        decode_attention: DecodeAttention | None = None,
+    ):
         """`backend` (sdpa | flex) and `linears` (aten | onednn) as resolved (choices.py).
-        `flex_per_shape`: compile flex per step shape, for the static step (static.py) on CUDA."""
+        `flex_per_shape`: compile flex per step shape, for the static step (static.py) on CUDA.
+        `decode_attention`: the static step's FlexAttention setting (its kernel options are passed here;
+        its mask layout is the step's), resolved; None: torch's options."""
         args = model.model_args
         weight = model.tok_embeddings.weight
         self.view = decode_model(model, linears)
@@ -281,6 +303,7 @@ class CachedDecoder:
         self.device = weight.device
         self.flex_per_shape = flex_per_shape and self.device.type == "cuda"  # on a CPU it only costs compile time
         self.backend = backend
+        self.decode_attention = decode_attention
         self.cache = KVCache(args.n_layers, batch, args.n_heads, slots, args.head_dim, weight.dtype, self.device)
         self.flex_mask = FlexStepMask(batch, self.device) if self.backend == "flex" else None
 
@@ -325,6 +348,7 @@ class CachedDecoder:
         an int first slot shared by all samples), then the queries attend over the first kv_len cache
         slots under `mask` (a bool tensor, a BlockMask, or None = all of them)."""
         cache, flex = self.cache, self.backend == "flex"
+        options = self.flex_kernel_options(h.shape[1]) if flex else None
         layers = self.model.layers.values()
         conditioning = self.model.block_modulation(cond) if self.view.tabled else (cond,) * len(layers)
         for i, layer in enumerate(layers):
@@ -335,11 +359,17 @@ class CachedDecoder:
                 else:
                     cache.write(i, k, v, slots)
                 if flex:
-                    return flex_attend(q, cache.k[i], cache.v[i], mask, self.flex_per_shape)
+                    return flex_attend(q, cache.k[i], cache.v[i], mask, self.flex_per_shape, options)
                 return sdpa_attend(q, cache.k[i][:, :, :kv_len], cache.v[i][:, :, :kv_len], mask)
 
             h = layer(h, conditioning[i], attend=attend)
         return h
+
+    def flex_kernel_options(self, width: int) -> dict | None:
+        """FlexAttention's kernel options for a step of `width` query slots: the decode setting's, for the
+        FlexDecoding kernel they tune; torch's for a wider step (FLEX_DECODING_QUERIES)."""
+        setting = self.decode_attention
+        return setting.kernel_options() if setting is not None and width < FLEX_DECODING_QUERIES else None
 
     def logits(self, h: torch.Tensor, cond: torch.Tensor | None, rows: torch.Tensor | None = None) -> torch.Tensor:
         """Output logits of the slots `rows` (B, R) of h (all slots if None)."""

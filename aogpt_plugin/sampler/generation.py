@@ -66,6 +66,7 @@ class SampleConfig:
     backend: str = "auto"  # auto | sdpa | flex (resolved with the two below: choices.py)
     linears: str = "auto"  # auto | aten | onednn (decoder.py)
     graphs: str = "auto"  # auto | on | off | compile | static (graphs.py): how each step runs
+    decode_attention: str = "auto"  # the static step's FlexAttention: auto | a setting (options.DecodeAttention)
     lengths: tuple[int, ...] | None = None  # per sample, each <= length; None: every sample has `length`
     seeds: tuple[int, ...] | None = None  # per sample; None: derived from seed
 
@@ -88,7 +89,7 @@ class SampleConfig:
         """Checks every value against the model; raises UserError naming the first bad one (and the sample,
         in a batch whose samples differ). `prompt`: one for every sample or one per sample.
         `speculative`: the rounds decide the forwards, so `steps` does not apply and is not checked.
-        backend, linears and graphs are names here (choices.py checks and resolves them)."""
+        backend, linears, graphs and decode_attention are names here (choices.py checks and resolves them)."""
         if self.num_samples < 1:
             raise UserError(f"num_samples={self.num_samples} must be >= 1", "num_samples")
         if not 1 <= self.length <= max_positions:
@@ -116,7 +117,7 @@ class SampleConfig:
         ):
             if value not in allowed:
                 raise UserError(f"{name}={value!r} is not supported; allowed: {', '.join(allowed)}", name)
-        check_names(self.graphs, self.backend, self.linears)
+        check_names(self.graphs, self.backend, self.linears, self.decode_attention)
         self.sampling.validate()
         if isinstance(prompt, tuple) or self.lengths is not None:  # per sample
             prompts, lengths = sample_prompts(prompt, self.num_samples), self.sample_lengths()
@@ -222,7 +223,7 @@ class _Run:
         self.start_time = time.perf_counter()
         c = self.choices
         if c.graphs != "off":
-            self.static = static_decoder(model, self.batch, c.backend, c.linears, c.graphs)
+            self.static = static_decoder(model, self.batch, c.backend, c.linears, c.graphs, c.decode_attention)
             self.compiled_before = self.static.compile_seconds()
             self.static.start(self.orders, self.given_table, self.given, self.noise_keys, plan)
             self.decoder, self.in_order = self.static.decoder, self.static.in_order
@@ -273,8 +274,9 @@ def _start(
     device = weight.device
     if choices is None:
         choices = resolve_choices(
-            config.graphs, config.backend, config.linears, device, weight.dtype, args.head_dim, speculative
-        )
+            config.graphs, config.backend, config.linears, device, weight.dtype, args.head_dim, speculative,
+            config.decode_attention,
+        )  # fmt: skip
     n, batch = config.length, config.num_samples
     prompts, lengths = sample_prompts(prompt, batch), config.sample_lengths()
     seeds = config.sample_seeds()

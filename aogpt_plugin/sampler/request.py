@@ -89,6 +89,7 @@ TYPES: dict[str, tuple[Callable, str]] = {
     ),  # fmt: skip
     "backend": (lambda v: isinstance(v, str), "a string"),
     "graphs": (lambda v: isinstance(v, str), "a string"),
+    "decode_attention": (lambda v: isinstance(v, str), "a string"),
 }
 
 
@@ -131,6 +132,7 @@ class SampleRequest:
     seed: int | list = 0
     backend: str = "auto"
     graphs: str = "auto"
+    decode_attention: str = "auto"
 
     @classmethod
     def from_args(cls, args, renamed: dict[str, str] | None = None, **given) -> SampleRequest:
@@ -243,6 +245,7 @@ class SampleRequest:
             seed=self.seed if seeds is None else seeds[0],
             backend=self.backend,
             graphs=self.graphs,
+            decode_attention=self.decode_attention,
             lengths=lengths if ragged and len(set(lengths)) > 1 else None,
             seeds=seeds,
             **{k: v for k, v in given.items() if v is not None},
@@ -250,8 +253,9 @@ class SampleRequest:
         prompts = prompts if ragged else prompts[0]
         config.validate(model_args.max_seq_len, prompts, model_args.vocab_size, speculative=draft is not None)
         choices = resolve_choices(
-            config.graphs, config.backend, config.linears, device, dtype, model_args.head_dim, draft is not None
-        )
+            config.graphs, config.backend, config.linears, device, dtype, model_args.head_dim, draft is not None,
+            config.decode_attention,
+        )  # fmt: skip
         order = None if isinstance(orders, str) else orders
         if order is not None:  # checked here, before any weight is used
             with about("order"):

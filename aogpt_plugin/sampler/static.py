@@ -41,6 +41,7 @@ from .decoder import CachedDecoder, decode_model
 from .graphs import StepRunner, uses_inductor
 from .masks import FLEX_BLOCK, step_block_mask, visible
 from .noise import NoiseWorkspace, keys_at, parallel_draw_keys
+from .options import DecodeAttention
 from .sampling import SamplingParams, sample_tokens
 from .step import draw_slots, forward_slots, step_geometry
 
@@ -101,12 +102,16 @@ class StaticDecoder:
     compiled code are tied to its buffers' addresses); `static_decoder` keeps one per decode view.
     """
 
-    def __init__(self, model: AOGPT, batch: int, backend: str, linears: str, mode: str):
+    def __init__(
+        self, model: AOGPT, batch: int, backend: str, linears: str, mode: str, decode_attention: DecodeAttention | None
+    ):
         args = model.model_args
         self.slots = static_slots(args.max_seq_len)
         self.scratch = self.slots - 1
         self.vocab_size = args.vocab_size
-        self.decoder = CachedDecoder(model, batch, self.slots, backend, linears, flex_per_shape=True)
+        self.decoder = CachedDecoder(model, batch, self.slots, backend, linears, True, decode_attention)
+        # the step's BlockMask layout (choices.py: DEFAULT_DECODE_ATTENTION says why every touched block is partial)
+        self.full_blocks = decode_attention is None or decode_attention.full_blocks
         self.batch, self.device, self.mode = batch, self.decoder.device, mode
         # the long-valued state in one flat buffer, so a run's set-up is one copy from pinned memory
         b, s = batch, self.slots
@@ -229,7 +234,9 @@ class StaticDecoder:
     def mask(self, q: torch.Tensor, width: torch.Tensor):
         """The step's attention mask over the whole cache: a BlockMask (flex) or a dense (B, 1, W, S) one."""
         if self.decoder.backend == "flex":
-            return step_block_mask(self.cache_len, self.pending, width, q.shape[0], self.slots, self.mask_mod)
+            return step_block_mask(
+                self.cache_len, self.pending, width, q.shape[0], self.slots, self.mask_mod, full_blocks=self.full_blocks
+            )
         per_sample = [t.view(-1, 1, 1, 1) for t in (self.cache_len, self.pending, width)]
         return visible(q.view(1, 1, -1, 1), self.kv_index.view(1, 1, 1, -1), *per_sample)
 
@@ -267,16 +274,18 @@ def forward_set_step(state: StaticDecoder, q: torch.Tensor, rows: torch.Tensor) 
     return _forward(state, state.width, q, rows)
 
 
-def static_decoder(model: AOGPT, batch: int, backend: str, linears: str, mode: str) -> StaticDecoder:
-    """The model's static decoder for this batch, attention, Linear kernel and mode (all resolved:
-    choices.py): reused while they stay the same (its graphs with it), rebuilt otherwise. One per decode
-    view, so a model whose weights changed gets a new one with its new view."""
+def static_decoder(
+    model: AOGPT, batch: int, backend: str, linears: str, mode: str, decode_attention: DecodeAttention | None = None
+) -> StaticDecoder:
+    """The model's static decoder for this batch, attention (and its FlexAttention setting), Linear kernel
+    and mode (all resolved: choices.py): reused while they stay the same (its graphs with it), rebuilt
+    otherwise. One per decode view, so a model whose weights changed gets a new one with its new view."""
     view = decode_model(model, linears)
-    key = (batch, backend, view.linears, mode)
+    key = (batch, backend, view.linears, mode, decode_attention)
     held = view.step_buffers
     state = held.get("decoder")
     if state is None or held.get("key") != key:
         held.clear()  # one at a time: its KV cache spans every position
-        state = StaticDecoder(model, batch, backend, linears, mode)
+        state = StaticDecoder(model, batch, backend, linears, mode, decode_attention)
         held.update(decoder=state, key=key)
     return state

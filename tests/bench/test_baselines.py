@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import needs_onednn
 
-from aogpt_plugin.bench.baselines import ar_generate, build_encoder_mdm, encoder_generate
+from aogpt_plugin.bench.baselines import ar_generate, build_encoder_mdm, encoder_forwards, encoder_generate
 from aogpt_plugin.model import AOGPTModelArgs
 from aogpt_plugin.sampler import SamplingParams
 
@@ -36,6 +36,49 @@ def test_encoder_sampler_fills_everything_in_steps_forwards():
             assert result.forward_passes == steps
     same = encoder_generate(model, 24, 6, batch=3, seed=1).tokens
     assert torch.equal(same, encoder_generate(model, 24, 6, batch=3, seed=1).tokens)
+
+
+@pytest.mark.parametrize("graphs", ["off", "static"])
+def test_a_run_cut_short_runs_that_many_of_the_full_runs_forwards(graphs):
+    """`forwards=k` (the bench's per-forward timing) runs the full run's first k forwards, and
+    encoder_forwards counts the full run's without running it."""
+    model = build_encoder_mdm(ARGS, "cpu")
+    for steps, counts in ((24, "deterministic"), (6, "binomial")):
+        full = encoder_generate(model, 24, steps, batch=3, counts=counts, seed=1, graphs=graphs)
+        assert encoder_forwards(24, steps, 3, counts=counts, seed=1) == full.forward_passes
+        cut = encoder_generate(model, 24, steps, batch=3, counts=counts, seed=1, graphs=graphs, forwards=2)
+        assert cut.forward_passes == 2 and (cut.tokens == model.mask_id).any()
+
+
+def _encoder_forward_work(n: int, steps: int, batch: int = 2) -> tuple[list[str], float]:
+    """The aten ops and FLOPs of one encoder forward of a T=`steps` run of `small` at n, on the meta device
+    (shapes only: no weights are made)."""
+    from conftest import kernel_ops
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from aogpt_plugin.bench.baselines import StaticEncoder, encoder_plan, encoder_step
+    from aogpt_plugin.model import FLAVORS
+
+    model = build_encoder_mdm(FLAVORS["small"], "meta")
+    state = StaticEncoder(model, batch, n, "static")
+    orders, per_step, _ = encoder_plan(n, steps, batch)
+    state.start(orders.to("meta"), per_step, torch.zeros(batch, dtype=torch.long, device="meta"))
+    rows = torch.arange(int(per_step[:, 1].max()), device="meta")  # a step past the first
+    with FlopCounterMode(display=False) as flops:
+        ops = kernel_ops(lambda: encoder_step(state, rows, SamplingParams()))
+    return ops, flops.get_total_flops()
+
+
+def test_an_encoder_forward_is_the_same_work_at_every_t():
+    """Why `aogpt bench sampler` times a few encoder forwards and multiplies by T's count: at `small`, n=1024,
+    a forward of T=n/4 or n/16 runs the same kernels as one of T=n, and its FLOPs differ by the head's and
+    the draw's rows only, under 1% (the bidirectional pass over all n positions is all but the whole); a
+    forward over half the positions is visibly less work (the check can fail)."""
+    ops, flops = _encoder_forward_work(1024, 1024)
+    for steps in (256, 64):
+        other_ops, other_flops = _encoder_forward_work(1024, steps)
+        assert other_ops == ops and 1 <= other_flops / flops < 1.01, (steps, other_flops / flops)
+    assert _encoder_forward_work(512, 512)[1] / flops < 0.6
 
 
 @needs_onednn

@@ -68,6 +68,12 @@ def test_json_run_reports_every_variant_and_round(capsys, tmp_path):
         assert 0 < lo <= out[key] <= hi
     assert out["command"].startswith("aogpt bench sampler --flavor debugmodel --n 8 --batch 1 --repeats 2")
     assert out["graphs"] == "off" and set(out["ms_per_forward"]) == set(out["rounds"][0])
+    assert out["baselines"] == ["ar", "encoder"] and out["decode_attention"] is None
+    # the encoder: its first 8 forwards timed, each T's seconds that per forward x T's forwards
+    assert out["encoder_timed_forwards"] == 8
+    per_forward = out["ms_per_forward"]
+    assert per_forward["encoder 8"] == pytest.approx(per_forward["encoder 2"], rel=1e-3)
+    assert per_forward["encoder 2"] == pytest.approx(per_forward["encoder 1"], rel=1e-3)
     # the package writes no repository file; the script turns the printed JSON into the docs row
     (tmp_path / "run.json").write_text(printed)
     docs = tmp_path / "bench.md"
@@ -116,6 +122,7 @@ def test_a_trained_model_times_speculative_sampling_against_t_n_and_ar(capsys, t
         (["--threads", "0"], "--threads 0 must be >= 1"),
         (["--repeats", "0"], "--repeats 0 must be >= 1"),
         (["--speculative", "x"], "--speculative 'x' is not allowed"),
+        (["--baselines", "ar,gpt"], "--baselines 'ar,gpt' is not a comma list of ar, encoder, or none"),
     ],
 )
 def test_bad_arguments_are_one_line_errors(argv, message):
@@ -135,7 +142,7 @@ def test_graphs_apply_to_every_variant(capsys):
 
 def test_the_timed_rounds_compile_no_step(capsys, monkeypatch):
     """Every step shape is compiled in the warm-up, also one a generation runs once (the first step of
-    T=n/4 and T=n/16, the last of the encoder at T=1): a shape's second call compiles (graphs.py), so one
+    T=n/4 and T=n/16): a shape's second call compiles (graphs.py), so one
     warm-up run left those compiles, ~15 s each on an H200, inside round 1's seconds. torch.compile is
     made the identity here (the runner still says each compile), so the test costs no inductor time."""
     import torch
@@ -145,8 +152,42 @@ def test_the_timed_rounds_compile_no_step(capsys, monkeypatch):
     assert bench_command.run(args) == 0
     log = capsys.readouterr().err
     compiled = log.count("compiled the")
-    assert compiled >= 7  # AO at 3 values of T (4 shapes or more), AR, the encoder at 3 values of T
+    assert compiled >= 6  # AO at 3 values of T (4 shapes or more), AR, the encoder's one (its T=n forwards)
     assert "compiled the" not in log[log.index("round 1/1") :]
+
+
+def test_ao_alone_with_its_decode_attention_named_in_the_row(capsys, tmp_path):
+    """`--baselines none` times AO alone (the GEMM-autotune row of the GPU check); the static step's FlexAttention
+    setting is in the row and its command, and the docs row renders without AR or the encoder."""
+    argv = ["--flavor", "tiny", "--n", "8", "--repeats", "1", "--graphs", "static", "--backend", "flex", "--T", "n"]
+    assert bench_command.run(parse([*argv, "--baselines", "none", "--decode-attention", "full", "--json"])) == 0
+    printed = capsys.readouterr().out.strip().splitlines()[-1]
+    out = json.loads(printed)
+    assert set(out["rounds"][0]) == {"ao 8"} and out["baselines"] == []
+    assert "ar_seconds" not in out and "encoder_seconds" not in out and "ao_vs_ar_time_ratio" not in out
+    assert out["decode_attention"] == "full"
+    assert out["command"].endswith("--decode-attention full --baselines none --T n --json")
+    (tmp_path / "run.json").write_text(printed)
+    script = [sys.executable, str(ROOT / "scripts" / "update_benchmarks_doc.py"), str(tmp_path / "run.json")]
+    proc = subprocess.run([*script, "--docs", str(tmp_path / "b.md")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "| float32, static, full |" in (tmp_path / "b.md").read_text()
+    assert bench_command.run(parse([*argv, "--baselines", "ar", "--json"])) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["decode_attention"] == "partial,split=4" and out["baselines"] == ["ar"]  # the default
+
+
+def test_a_decode_attention_that_cannot_apply_is_refused_before_any_model_is_built(monkeypatch):
+    def no_models(*args, **kwargs):
+        raise AssertionError("a model was built")
+
+    monkeypatch.setattr(baselines, "build_decoder", no_models)
+    argv = ["--flavor", "debugmodel", "--n", "8", "--device", "cpu"]
+    with pytest.raises(UserError, match=r"decode_attention='partial,split=4' sets the static step's FlexAttention"):
+        bench_command.run(parse([*argv, "--decode-attention", "partial,split=4"]))  # sdpa, graphs off on a CPU
+    with pytest.raises(UserError, match=r"decode_attention='partial,split=99': split=99 is not in 1..64"):
+        flex = ["--flavor", "tiny", "--backend", "flex", "--graphs", "static"]  # tiny: heads of 32 (flex on a CPU)
+        bench_command.run(parse([*argv, *flex, "--decode-attention", "partial,split=99"]))
 
 
 def test_what_inductor_cannot_compile_is_refused_before_any_model_is_built(monkeypatch):

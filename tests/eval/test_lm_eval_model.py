@@ -183,7 +183,6 @@ def test_ctrl_c_right_after_the_table_is_one_line_and_exit_130_every_time(tmp_pa
     SIGINT is sent 0-0.21 s after the table's row arrives, until it has landed (the command had not ended
     yet) 5 times: each time exit 130, one stop line, no traceback."""
     import signal
-
     import time
 
     landed = 0

@@ -1,9 +1,13 @@
 """The static decode step replayed from CUDA graphs, on a GPU only (`pytest -m gpu`; scripts/gpu_check.sh's
 sampler part): replay == the eager static step bitwise, no host sync while the steps run, the dynamic
-sampler's tokens on the sharp fixture, a mixed batch's rows equal to their batches of one, and FlexDecoding
-as the lowered attention kernel."""
+sampler's tokens on the sharp fixture, a mixed batch's rows equal to their batches of one, FlexDecoding
+as the lowered attention kernel with the `--decode-attention` setting's options in it and every setting's
+tokens alike, and the compiled draw's argmax in two reductions (plan A of the GPU check runs
+`-k "split_argmax or flex_decoding or decode_attention"`)."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 import torch
@@ -122,6 +126,71 @@ def test_flex_decoding_is_the_lowered_kernel_of_a_t_n_step():
     assert "SPLIT_KV" in source, "no FlexDecoding kernel in the generated code"
 
 
+def test_the_compiled_split_argmax_is_argmax_in_two_reductions_on_cuda():
+    """The compiled draw's argmax (sampling.split_argmax) on CUDA: argmax's index on float64 rows of the vocabulary's
+    width with ties, -inf and NaN, in at most 2 reduction kernels (one program a row reduced 50k values: 61 us of
+    the 2026-11-28 step at batch 32)."""
+    from torch._inductor.utils import run_and_get_code
+
+    from aogpt_plugin.sampler.sampling import split_argmax
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    values = torch.randn(32, 50304, dtype=torch.float64, device="cuda", generator=g)
+    values[1, 7], values[1, 40000] = 9.0, 9.0  # a tie: the first wins
+    values[2] = float("-inf")
+    values[3, 123] = float("nan")
+    torch._dynamo.reset()
+    with torch._inductor.config.patch(fx_graph_cache=False):
+        got, code = run_and_get_code(torch.compile(split_argmax, fullgraph=True), values)
+    assert torch.equal(got, values.argmax(dim=-1))
+    reductions = re.findall(r"^def (triton_(?:red|per)_\w+)\(", "\n".join(code), re.M)  # inductor's reduction kernels
+    assert 1 <= len(reductions) <= 2, reductions
+
+
+def _flex_decoding_source(decode_attention: str) -> str:
+    from torch._inductor.utils import run_and_get_code
+
+    from aogpt_plugin.sampler import SampleConfig, generate
+
+    model = tiny_model("adaln", preset="sampler").cuda()
+    config = SampleConfig(
+        length=32, steps=32, num_samples=4, seed=1, graphs="on", backend="flex", decode_attention=decode_attention
+    )
+    torch._dynamo.reset()
+    with torch._inductor.config.patch(fx_graph_cache=False):
+        _, code = run_and_get_code(generate, model, config)
+    return "\n".join(c for c in code if "SPLIT_KV" in c)
+
+
+def test_the_decode_attention_setting_is_in_the_flex_decoding_kernel():
+    """`--decode-attention` reaches the kernel inductor generates: SPLIT_KV, num_stages and num_warps as set, the
+    partial layout without full-block lists; `full` keeps them."""
+    source = _flex_decoding_source("partial,split=4,stages=2,warps=4")
+    assert re.search(r"SPLIT_KV\s*:\s*tl\.constexpr\s*=\s*4\b", source), "SPLIT_KV 4 not in the kernel"
+    assert re.search(r"num_stages\s*=\s*2\b", source) and re.search(r"num_warps\s*=\s*4\b", source)
+    assert re.search(r"HAS_FULL_BLOCKS\s*:\s*tl\.constexpr\s*=\s*False", source)
+    assert re.search(r"HAS_FULL_BLOCKS\s*:\s*tl\.constexpr\s*=\s*True", _flex_decoding_source("full"))
+
+
+def test_every_decode_attention_setting_samples_the_same_tokens():
+    """Layouts and kernel options change how the attention is split, not what it computes: the replayed step's
+    tokens equal the default's, its logits to rounding."""
+    from aogpt_plugin.sampler import SampleConfig, generate
+
+    model = tiny_model("adaln", preset="sampler").cuda()
+    runs = {}
+    for setting in ("auto", "full", "partial,split=8,stages=3,warps=4"):
+        config = SampleConfig(
+            length=40, steps=40, num_samples=4, seed=5, graphs="on", backend="flex", decode_attention=setting
+        )
+        generate(model, config)  # every step shape captured
+        runs[setting] = generate(model, config, record=True)
+    for setting, run in runs.items():
+        assert torch.equal(run.tokens, runs["auto"].tokens), setting
+        for a, b in zip(run.trace, runs["auto"].trace, strict=True):
+            torch.testing.assert_close(a.logits, b.logits, atol=1e-5, rtol=1e-5)
+
+
 def test_the_bench_runs_graphed_on_cuda(capsys):
     import json
 
@@ -142,6 +211,7 @@ def test_the_compiled_step_writes_the_kv_cache_in_place_on_cuda():
     from torch._inductor.utils import run_and_get_code
 
     from aogpt_plugin.sampler import SampleConfig, generate
+    from aogpt_plugin.sampler.choices import DEFAULT_DECODE_ATTENTION
     from aogpt_plugin.sampler.static import static_decoder
 
     model = tiny_model("adaln", preset="sampler").cuda()
@@ -149,7 +219,7 @@ def test_the_compiled_step_writes_the_kv_cache_in_place_on_cuda():
     config = SampleConfig(length=32, steps=32, num_samples=4, seed=1, graphs="compile", backend="flex")
     with torch._inductor.config.patch(fx_graph_cache=False):
         _, code = run_and_get_code(generate, model, config)
-    state = static_decoder(model, 4, "flex", "auto", "compile")
+    state = static_decoder(model, 4, "flex", "auto", "compile", DEFAULT_DECODE_ATTENTION)
     source = "\n".join(code)
     assert "empty_strided" in source
     assert cache_sized_allocations(source, state.decoder.cache.k[0].numel()) == []

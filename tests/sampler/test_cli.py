@@ -60,6 +60,8 @@ BAD = [
     (["--speculative", "3", "--steps", "4"], "--steps does not apply with --speculative"),
     (["--speculative", "auto", "--counts", "binomial"], "--counts does not apply"),
     (["--backend", "flex", "--graphs", "on"], "backend='flex' cannot be compiled into the step on cpu"),
+    (["--decode-attention", "partial,split=0"], "decode_attention='partial,split=0': split=0 is not in 1..64"),
+    (["--decode-attention", "partial"], "decode_attention='partial' sets the static step's FlexAttention"),
 ]
 
 

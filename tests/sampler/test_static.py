@@ -10,6 +10,7 @@ from conftest import cache_sized_allocations, kernel_ops, tiny_model
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from aogpt_plugin.sampler import Prompt, SampleConfig, SamplingParams, generate
+from aogpt_plugin.sampler.choices import parse_decode_attention
 from aogpt_plugin.sampler.prompt import sample_orders
 from aogpt_plugin.sampler.sampling import step_counts
 from aogpt_plugin.sampler.static import decode_step, plan_steps, static_decoder, static_slots, width_bucket
@@ -38,11 +39,11 @@ MATRIX = {
 }
 
 
-def _run(model, case: dict, graphs: str, backend: str = "sdpa", seed: int = 3, length: int = N):
+def _run(model, case: dict, graphs: str, backend: str = "sdpa", seed: int = 3, length: int = N, **options):
     case = dict(case)
     prompt, order = case.pop("prompt", None), case.pop("order", None)
     order_name = case.pop("order_name", "random")
-    config = SampleConfig(length=length, order=order_name, seed=seed, backend=backend, graphs=graphs, **case)
+    config = SampleConfig(length=length, order=order_name, seed=seed, backend=backend, graphs=graphs, **case, **options)
     return generate(model, config, prompt, order=order, record=True)
 
 
@@ -59,11 +60,13 @@ def test_the_static_step_samples_what_the_dynamic_sampler_samples(ao_model, case
     assert_cache_exact(ao_model, got)
 
 
+@pytest.mark.parametrize("decode_attention", ["auto", "full"])
 @pytest.mark.parametrize("case", ["T=n", "binomial-cosine", "prompt-binomial"])
-def test_the_static_step_with_flex_attention(ao_model, case):
-    """The kv-block lists built on the device (FlexAttention) give the dense mask's tokens."""
+def test_the_static_step_with_flex_attention(ao_model, case, decode_attention):
+    """The kv-block lists built on the device (FlexAttention) give the dense mask's tokens, in either
+    layout (auto: every touched block partial; full: full blocks listed)."""
     ref = _run(ao_model, MATRIX[case], "off", backend="sdpa")
-    got = _run(ao_model, MATRIX[case], "static", backend="flex")
+    got = _run(ao_model, MATRIX[case], "static", backend="flex", decode_attention=decode_attention)
     assert torch.equal(got.tokens, ref.tokens)
     assert_cache_exact(ao_model, got)
 
@@ -75,8 +78,10 @@ def test_the_static_step_for_the_other_conditionings(conditioning):
         assert torch.equal(_run(model, MATRIX[case], "static").tokens, _run(model, MATRIX[case], "off").tokens)
 
 
-def _state_and_plan(model, batch=3, steps=9, counts="binomial", backend="sdpa", mode="static", given=()):
-    state = static_decoder(model, batch, backend, "aten", mode)
+def _state_and_plan(
+    model, batch=3, steps=9, counts="binomial", backend="sdpa", mode="static", given=(), decode_attention=None
+):
+    state = static_decoder(model, batch, backend, "aten", mode, decode_attention)
     generators = [torch.Generator().manual_seed(4 + b) for b in range(batch)]
     counts = step_counts([N - len(given)] * batch, steps, "linear", counts, generators)
     given_counts = torch.full((batch,), len(given))
@@ -209,6 +214,50 @@ def test_the_step_is_one_graph(ao_model, backend):
     assert explained.graph_count == 1
 
 
+def _flex_calls_of_the_traced_step(state, plan, k: int = 0) -> list:
+    """The flex_attention calls of the graph Dynamo traces for step k (what inductor then lowers)."""
+    graphs = []
+
+    def record(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    width, rows = plan.shapes()[k]
+    with torch.inference_mode():
+        step = torch.compile(decode_step, backend=record, fullgraph=True)
+        step(state, state.arange(width), state.arange(rows, "r"), SamplingParams())
+    torch._dynamo.reset()
+    return [
+        n
+        for g in graphs
+        for n in g.graph.nodes
+        if n.op == "call_function" and n.target is torch.ops.higher_order.flex_attention
+    ]
+
+
+def test_the_decode_attention_setting_reaches_the_compiled_steps_flex_attention(ao_model):
+    """`--decode-attention` sets what inductor compiles: every layer's flex_attention call in the traced step
+    carries the setting's kernel options (FlexDecoding's SPLIT_KV, num_stages, num_warps, BACKEND), and its
+    BlockMask has the setting's layout (no full-block lists for `partial`); `full` passes torch's options and
+    lists full blocks."""
+    setting = parse_decode_attention("partial,split=8,stages=3,warps=4,backend=TRITON_DECODE")
+    state, plan = _state_and_plan(ao_model, steps=N, counts="deterministic", backend="flex", decode_attention=setting)
+    calls = _flex_calls_of_the_traced_step(state, plan, k=5)
+    assert len(calls) == ao_model.model_args.n_layers
+    for call in calls:
+        block_mask, kernel_options = call.args[4], call.args[6]
+        wanted = {"SPLIT_KV": 8, "num_stages": 3, "num_warps": 4, "BACKEND": "TRITON_DECODE"}
+        assert {k: kernel_options.get(k) for k in wanted} == wanted
+        assert block_mask[4] is None and block_mask[5] is None  # full_kv_num_blocks, full_kv_indices
+    state, plan = _state_and_plan(
+        ao_model, steps=N, counts="deterministic", backend="flex", decode_attention=parse_decode_attention("full")
+    )
+    for call in _flex_calls_of_the_traced_step(state, plan, k=5):
+        block_mask, kernel_options = call.args[4], call.args[6]
+        assert "SPLIT_KV" not in kernel_options and kernel_options["BACKEND"] == "AUTO"
+        assert block_mask[4] is not None
+
+
 def test_a_second_generation_with_new_seeds_and_lengths_compiles_nothing(ao_model):
     """T = n runs one step shape: after one run, runs of other lengths and seeds reuse its compiled step."""
     run = lambda length, seed: generate(
@@ -329,3 +378,74 @@ def test_the_compiled_step_writes_the_kv_cache_in_place(ao_model):
         torch.compile(lambda c, x: c.clone().index_fill_(0, x, 0)), cache, torch.zeros(1, dtype=torch.long)
     )
     assert cache_sized_allocations("\n".join(clone_code), layer_cache)
+
+
+def _compiled_small_step(layers: int, batch: int = 2) -> tuple[str, list[str]]:
+    """Inductor's output code for the T=n decode step of `small` cut to `layers` layers (every other shape
+    kept: 768 wide, 12 heads, 1152 cache slots, the 50k vocabulary): its `call` function and its kernels."""
+    import dataclasses
+    import re
+
+    from torch._inductor.utils import run_and_get_code
+
+    from aogpt_plugin.model import AOGPT, FLAVORS
+
+    with torch.device("meta"):
+        model = AOGPT(dataclasses.replace(FLAVORS["small"], n_layers=layers))
+    model.to_empty(device="cpu")
+    torch.manual_seed(0)
+    model.init_weights()
+    model.eval().requires_grad_(False)
+    torch._dynamo.reset()
+    config = SampleConfig(length=4, steps=4, num_samples=batch, graphs="compile", backend="sdpa")
+    with torch._inductor.config.patch(fx_graph_cache=False):
+        _, code = run_and_get_code(generate, model, config)
+    assert len(code) == 1, "the step is one compiled graph"
+    source = code[0]
+    call = source[source.index("def call(") :]
+    kernels = re.findall(
+        r"^ +(?:buf\w+ = )?((?:cpp_fused|triton)_\w+|extern_kernels\.\w+|torch\.ops\.\w+\.\w+)", call, re.M
+    )
+    return source, kernels
+
+
+def _draw_reductions(source: str) -> list[int]:
+    """The reduction loops of the draw (the kernels that take an argmax), each as the length it reduces over:
+    a C++ kernel's reduction starts with its accumulator tmp_acc0, then its loop."""
+    import re
+
+    draw = [k for k in re.split(r"\n(?=\w+ = async_compile)", source) if "argmax" in k.split("=", 1)[0]]
+    loops = re.findall(
+        r"^ *[A-Za-z_][\w:]*(?:<[\w, ]*>)? tmp_acc0 = .*?for\(int64_t x\d+=.*?<static_cast<int64_t>\((\d+)L\)",
+        "\n".join(draw),
+        re.M | re.S,
+    )
+    return [int(n) for n in loops]
+
+
+def test_the_compiled_small_step_launches_few_kernels():
+    """The kernels of inductor's T=n step for `small`, read from its output code on this CPU (C++ kernels; a
+    GPU cuts a C++ kernel's loops of other sizes into more Triton kernels: 154 on an H200, 2026-11-28), so a
+    change that adds GEMMs or breaks a fusion fails here before a GPU sees it. A layer: 4 GEMMs (qkv, the
+    attention's output, the MLP's two) and the attention, as extern calls, and at most 4 fused kernels; the
+    rest of the step: the head's GEMM and at most 3 fused kernels (the step's inputs, mask and first norm; the
+    noise's hash of the vocabulary; the final norm, head modulation, draw and bookkeeping); the draw's argmax
+    in 2 reductions, neither over more
+    than a 64th of the vocabulary (sampling.split_argmax). Shown with -s."""
+    (one, kernels_1), (_, kernels_2) = _compiled_small_step(1), _compiled_small_step(2)
+
+    def counts(kernels: list[str]) -> dict[str, int]:
+        gemm = sum(k.startswith("extern_kernels.") and k.split(".")[1] in ("addmm", "mm", "bmm") for k in kernels)
+        attention = sum("attention" in k for k in kernels if not k.startswith(("cpp_fused", "triton")))
+        fused = sum(k.startswith(("cpp_fused", "triton")) for k in kernels)
+        return {"gemm": gemm, "attention": attention, "fused": fused, "all": len(kernels)}
+
+    c1, c2 = counts(kernels_1), counts(kernels_2)
+    layer = {k: c2[k] - c1[k] for k in c1}
+    outside = {k: c1[k] - layer[k] for k in c1}
+    reductions = _draw_reductions(one)
+    print(f"compiled small T=n step: a layer {layer}, outside {outside}, draw reductions over {reductions}")
+    assert layer["gemm"] == 4 and layer["attention"] == 1 and layer["fused"] <= 4, layer
+    assert layer["all"] == layer["gemm"] + layer["attention"] + layer["fused"], kernels_2  # nothing else a layer
+    assert outside["gemm"] == 1 and outside["attention"] == 0 and outside["fused"] <= 3, outside
+    assert len(reductions) == 2 and max(reductions) <= -(-50304 // 64), reductions
