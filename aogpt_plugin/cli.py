@@ -8,11 +8,14 @@ without importing torch. Bad input prints one `error:` line and exits with statu
 from __future__ import annotations
 
 import argparse
+import atexit
 import difflib
 import importlib
 import os
 import re
 import sys
+import threading
+from typing import NoReturn
 
 from .errors import (
     UserError,
@@ -245,12 +248,31 @@ def main(argv: list[str] | None = None) -> int:
     entry = argv is None
     previous = stop_at_once_on_signals()  # Ctrl-C, SIGTERM: writers remove their temporaries, then one line
     try:
-        return _main(sys.argv[1:] if entry else list(argv))
+        code = _main(sys.argv[1:] if entry else list(argv))
     except KeyboardInterrupt as e:  # landed in _main's own clean-up, after its work
-        return _finish(f"error: {interrupted_line(e)}", exit_status(e))
+        code = _finish(f"error: {interrupted_line(e)}", exit_status(e))
     finally:
         if not entry:
             restore_signals(previous)
+    if entry:
+        _exit_process(code)
+    return code
+
+
+def _exit_process(code: int) -> NoReturn:
+    """The installed command's end: Python's shutdown (other threads joined, atexit callbacks, streams
+    flushed) without its last stage, which puts the default signal handlers back, so that a Ctrl-C landing
+    there killed the process with no line (status -2); our quiet handlers stay until the exit."""
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed pipe or a full disk: the command has reported already
+            pass
+    os._exit(code)
 
 
 def _finish(line: str | None, code: int) -> int:
