@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ..likelihood import ao_cross_entropy
+from ..cross_entropy import ao_cross_entropy
 
 
 def ao_loss_sum(tokenizer: str):

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from ..checkpoints import is_normal_loss
-from ..likelihood import IGNORE_INDEX
+from ..cross_entropy import IGNORE_INDEX
 from .nonfinite import nonfinite_count
 from .stop_request import StopRequest
 

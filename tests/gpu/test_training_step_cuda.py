@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from aogpt_plugin.likelihood import IGNORE_INDEX, ao_cross_entropy
+from aogpt_plugin.cross_entropy import IGNORE_INDEX, ao_cross_entropy
 
 pytestmark = [
     pytest.mark.gpu,

@@ -11,8 +11,8 @@ import pytest
 import torch
 from conftest import launch_train, tiny_model
 
+from aogpt_plugin.cross_entropy import IGNORE_INDEX, ao_cross_entropy
 from aogpt_plugin.errors import UserError
-from aogpt_plugin.likelihood import IGNORE_INDEX, ao_cross_entropy
 from aogpt_plugin.training.ema import attach_ema
 from aogpt_plugin.training.loss import recorded_loss
 from aogpt_plugin.training.nonfinite import nonfinite_count, refuse_nonfinite_load
