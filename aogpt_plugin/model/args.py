@@ -23,6 +23,9 @@ if TYPE_CHECKING:
     import torch.nn as nn
 
 CONDITIONINGS = ("adaln", "concat", "none")
+LOSS_PATHS = ("logits", "fused")
+"""How training meets the head: `logits` (forward returns them, the loss reads them) or `fused` (forward is given
+the labels and returns the loss, the head's GEMM chunked with it: no logits tensor; model.py)."""
 NORMS = ("rmsnorm", "layernorm")
 GELUS = ("exact", "tanh")
 
@@ -31,6 +34,11 @@ def check_conditioning(conditioning: str, key: str = "aogpt.conditioning") -> No
     """The model knows its conditionings; the `[aogpt]` section and the model args both ask here."""
     if conditioning not in CONDITIONINGS:
         raise ConfigError(f"{key}={conditioning!r} is not supported; allowed: {', '.join(CONDITIONINGS)}")
+
+
+def check_loss_path(loss_path: str, key: str = "aogpt.loss_path") -> None:
+    if loss_path not in LOSS_PATHS:
+        raise ConfigError(f"{key}={loss_path!r} is not supported; allowed: {', '.join(LOSS_PATHS)}")
 
 
 def check_positions(key: str, length: int, max_seq_len: int, owner: str) -> None:

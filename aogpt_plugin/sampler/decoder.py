@@ -28,7 +28,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
-from ..model.model import AOGPT, TransformerBlock, position_features
+from ..model import AOGPT, TransformerBlock, position_features
 from .graphs import raise_compile_limits
 from .masks import FlexStepMask, dense_mask
 
