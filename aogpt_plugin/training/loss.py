@@ -49,6 +49,7 @@ def recorded_loss(settings, guard):
     if settings.compile.enable and "loss" in settings.compile.components:
         loss_fn = torch.compile(loss_fn, backend=settings.compile.backend)
     guard.enabled = settings.aogpt.nan_check
+    guard.last_step = settings.training.steps
     guard.total = None
 
     def watched(pred: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

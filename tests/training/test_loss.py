@@ -86,6 +86,7 @@ def test_padded_logits_get_no_gradient_and_ignored_labels_count_nothing():
 def _settings(tokenizer: str, compile_backend: str | None = None) -> SimpleNamespace:
     return SimpleNamespace(
         aogpt=SimpleNamespace(tokenizer=tokenizer, nan_check=True, loss_path="logits"),
+        training=SimpleNamespace(steps=10),
         compile=SimpleNamespace(
             enable=compile_backend is not None, components=["model", "loss"], backend=compile_backend
         ),

@@ -32,6 +32,7 @@ class AOLoss(BaseLoss):
         self._maybe_compile(compile_config)
         self.guard = StepGuard()
         self.guard.enabled = ao.nan_check
+        self.guard.last_step = config.settings.training.steps
 
     def __call__(self, pred, labels, global_valid_tokens=None, **kwargs):
         loss_sum = self.fn(pred, labels)
