@@ -77,7 +77,7 @@ class AOGPT:
     """Validation: seed of those fixed orders, so every validation scores the same (window, order) pairs."""
 
     nan_check: bool = True
-    """Stop on a NaN/inf loss or gradient (before the optimizer step) or weight (after it): no checkpoint holds bad weights."""
+    """Stop on a NaN/inf loss, gradient or updated weight, read at the logging steps (a bad step then stops before its update) and before every checkpoint: no checkpoint holds bad weights."""
 
     verify_data: bool = True
     """Check every shard of a prepared data folder against its manifest's sha256 before training (once per file; `--aogpt.no-verify-data` skips it)."""

@@ -32,17 +32,17 @@ _BAD_WEIGHTS = 4  # a step's flags: bad loss, bad gradients, stop, mean loss, ba
 
 class NonFiniteStepError(RuntimeError):
     """Training stopped at `step` because `what` was NaN/inf; the message is one line for the user.
-    `found_at`: the step whose read saw it (later than `step` when the guard read after a few steps)."""
+    `found_after`: the step after whose update the guard read it, None when it read it before `step`'s own
+    update (a logging step's pre-hook)."""
 
     def __init__(
-        self, step: int, what: str, losses: dict[int, tuple[float, bool]] | None = None, found_at: int | None = None
+        self, step: int, what: str, losses: dict[int, tuple[float, bool]] | None = None, found_after: int | None = None
     ):
         self.step, self.what, self.losses = step, what, dict(losses or {})
-        found_at = step if found_at is None else found_at
         when = (
             "stopped before the optimizer step, so no weight, EMA or checkpoint was written"
-            if found_at == step
-            else f"found after step {found_at} (the guard reads its checks at the logging steps and before a "
+            if found_after is None
+            else f"found after step {found_after} (the guard reads its checks at the logging steps and before a "
             "checkpoint), so no checkpoint was written"
         )
         super().__init__(f"step {step}: {what}; {when} after step {step - 1}")
@@ -105,7 +105,7 @@ class StepGuard:
         flags = _all_ranks_max(torch.stack([bad_loss, bad_grads, stop, mean, zero]))
         self._pending.append((step, loss is not None, flags))
         if self.reads(step):
-            self.settle(step)
+            self.settle(step, before_update=True)
 
     def check_after_step(self, params: list[torch.Tensor], step: int) -> None:
         """Whether the update itself made a weight NaN/inf (say an absurd learning rate), on the device, with
@@ -120,10 +120,11 @@ class StepGuard:
         if self.reads(step):
             self.settle(step)
 
-    def settle(self, step: int) -> None:
+    def settle(self, step: int, before_update: bool = False) -> None:
         """Read every pending step's checks on the host (one read), keep their losses, take an agreed stop
         (after `step`, the step being read at), and raise for the first bad step. Called by the hooks at the
-        reading steps and by the checkpoint save before it writes."""
+        reading steps (`before_update`: the pre-hook, before `step`'s update) and by the checkpoint save
+        before it writes."""
         if not self._pending:
             return
         pending, self._pending = self._pending, []
@@ -139,7 +140,9 @@ class StepGuard:
                 (weights, "the optimizer step made weights NaN/inf (the gradients were finite)"),
             ):
                 if bad:
-                    raise NonFiniteStepError(pending_step, what, self.losses, found_at=step)
+                    updated = step - 1 if before_update else step  # the last step whose update is done
+                    found_after = None if pending_step > updated else updated
+                    raise NonFiniteStepError(pending_step, what, self.losses, found_after)
 
     def _remember(self, step: int, loss: float, grads_ok: bool) -> None:
         normal = grads_ok and is_normal_loss(loss, self._lowest)

@@ -52,7 +52,7 @@ def test_the_guard_reads_only_at_its_reading_steps_and_names_the_first_bad_step(
             guard.check_before_step(params, 5)
         assert reads.count == 1
     assert info.value.step == 3 and str(info.value).startswith(
-        "step 3: the training loss is NaN/inf; found after step 5"
+        "step 3: the training loss is NaN/inf; found after step 4"
     )
     assert "no checkpoint was written after step 2" in str(info.value)
     assert sorted(guard.losses) == [1, 2, 3] and guard.losses[1] == (2.0, True)
@@ -65,7 +65,9 @@ def test_a_checkpoint_save_reads_the_pending_checks_first():
     params[0].grad[0] = float("inf")
     guard.record(torch.tensor(1.0))
     guard.check_before_step(params, 1)
-    with pytest.raises(NonFiniteStepError, match="step 1: the gradient norm is NaN/inf"):
+    with pytest.raises(
+        NonFiniteStepError, match=r"^step 1: the gradient norm is NaN/inf \(the loss was finite\); found after step 1"
+    ):
         guard.settle(1)
 
 
