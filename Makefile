@@ -66,7 +66,8 @@ test: lint
 test-titan03: setup setup-titan03
 	$(BIN03)/pytest -m 'slow or not slow' tests/training/titan03
 	$(BIN03)/pytest tests/training/test_checkpointing.py tests/training/test_stop_request.py \
-	    tests/training/test_sections.py tests/training/test_ema.py tests/training/test_loss.py tests/training/test_versions.py
+	    tests/training/test_sections.py tests/training/test_ema.py tests/training/test_loss.py tests/training/test_versions.py \
+	    tests/training/test_step_guard.py
 
 # The default suite on the GPU image's torch 2.11 (CPU): what the GPU check runs, before a GPU runs it.
 test-torch211: setup-torch211

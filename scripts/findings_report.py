@@ -410,7 +410,7 @@ def write_report(out: Path, docs: Path, results: dict, meta: dict) -> None:
         "soaked up probability mass in training and kept every any-order synthetic variant on the unigram plateau: "
         "the old syn_ao_random gap of 1.865 nats and syn_sigma_concat's 1.024 measured the padding, not AO-GPT (an "
         "independent run of the authors' model padded to 64 classes stayed on the plateau too). Training now takes "
-        "the cross-entropy over the real vocabulary (`likelihood.ao_cross_entropy(..., vocab_size)`). GPT-2's "
+        "the cross-entropy over the real vocabulary (`cross_entropy.ao_cross_entropy(..., vocab_size)`). GPT-2's "
         "50257 -> 50304 padding (0.09%) and the text track's 1024-token BPE (no padding) were not affected "
         "measurably. Every synthetic variant now runs three seeds (plateau exit times vary with the seed), "
         "syn_ao_mix10 was added (Finding 3 on the synthetic source), and the text track's ao_random_shuf and "

@@ -196,9 +196,11 @@ TRAIN_START, TRAIN_END = "<!-- train-rows:start -->", "<!-- train-rows:end -->"
 TRAIN_INTRO = """### Training step time rows (`aogpt bench train --json`)
 
 AO vs AR of the same backbone, interleaved rounds; step times are medians, the ratio is the median of
-the per-round ratios [min, max]; MFU counts the model FLOPs against the device's dense bf16 peak
-(GPUs only); peak memory is torch.cuda.max_memory_allocated during a variant's timed steps less what the
-other variants hold (their weights, optimizer state and batch): the variant's own footprint.
+the per-round ratios [min, max]; MFU counts the FLOPs each variant executes against the device's dense
+bf16 peak (GPUs only), and AO's AR-equivalent MFU (AR's FLOPs for the same tokens, docs/training.md) in
+brackets; peak memory is torch.cuda.max_memory_allocated during a variant's timed steps less what the
+other variants hold (their weights, optimizer state and batch): the variant's own footprint. A run of
+several loss paths (`--loss-path logits,fused`) gives a row per path, all timed in the same rounds.
 """
 TRAIN_COLUMNS = (
     "date",
@@ -214,31 +216,41 @@ TRAIN_COLUMNS = (
 )
 
 
-def _pair(values: dict | None, fmt: str) -> str:
+def _pair(values: dict | None, fmt: str, names: tuple[str, str] = ("ar", "ao")) -> str:
     if not values:
         return "-"
-    return " / ".join(fmt.format(values[v]) if values.get(v) is not None else "-" for v in ("ar", "ao"))
+    return " / ".join(fmt.format(values[v]) if values.get(v) is not None else "-" for v in names)
 
 
 def format_train_row(result: dict) -> str:
-    ms = result["median_step_ms"]
-    ratio = "-"
-    if "ao_vs_ar_step_time_ratio" in result:
-        lo, hi = result["ratio_range"]
-        ratio = f"{result['ao_vs_ar_step_time_ratio']:.3f} [{lo:.3f}, {hi:.3f}]"
-    cells = [
-        datetime.date.today().isoformat(),
-        f"`{result['command']}`",
-        result["device"],
-        f"{result['dtype']}, {result['compile'] or 'eager'}",
-        f"{ms['ar']:.2f}" if "ar" in ms else "-",
-        f"{ms['ao']:.2f}" if "ao" in ms else "-",
-        _pair(result["tokens_per_s"], "{:,.0f}"),
-        _pair({v: 100 * m for v, m in (result["mfu"] or {}).items()}, "{:.1f}%"),
-        _pair(result.get("peak_memory_gib"), "{:.2f}"),
-        ratio,
-    ]
-    return "| " + " | ".join(c.replace("|", "/") for c in cells) + " |"
+    """One row per loss path of the run (lines of one string): `ao` is the logits path's, `ao+fused` the fused's."""
+    rows = []
+    for path in result.get("loss_paths", ["logits"]):
+        ar, ao = ("ar", "ao") if path == "logits" else (f"ar+{path}", f"ao+{path}")
+        ms = result["median_step_ms"]
+        ratios = result.get("by_loss_path", {}).get(path) or (result if path == "logits" else {})
+        ratio = "-"
+        if "ao_vs_ar_step_time_ratio" in ratios:
+            lo, hi = ratios["ratio_range"]
+            ratio = f"{ratios['ao_vs_ar_step_time_ratio']:.3f} [{lo:.3f}, {hi:.3f}]"
+        mfu = _pair({v: 100 * m for v, m in (result["mfu"] or {}).items()}, "{:.1f}%", (ar, ao))
+        ar_equivalent = (result.get("mfu_ar_equivalent") or {}).get(ao)
+        if ar_equivalent is not None:
+            mfu += f" (AR-eq. {100 * ar_equivalent:.1f}%)"
+        cells = [
+            datetime.date.today().isoformat(),
+            f"`{result['command']}`",
+            result["device"],
+            f"{result['dtype']}, {result['compile'] or 'eager'}" + ("" if path == "logits" else f", {path} loss"),
+            f"{ms[ar]:.2f}" if ar in ms else "-",
+            f"{ms[ao]:.2f}" if ao in ms else "-",
+            _pair(result["tokens_per_s"], "{:,.0f}", (ar, ao)),
+            mfu,
+            _pair(result.get("peak_memory_gib"), "{:.2f}", (ar, ao)),
+            ratio,
+        ]
+        rows.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+    return "\n".join(rows)
 
 
 PROFILE_START, PROFILE_END = "<!-- train-profile:start -->", "<!-- train-profile:end -->"
@@ -337,17 +349,18 @@ def render_section(rows: list[str], section=None) -> str:
 
 
 def update_text(text: str, result: dict) -> str:
-    """`text` with this run's row added to (or replacing its same-day twin in) the marked section."""
+    """`text` with this run's rows (a training run: one per loss path) added to (or replacing their same-day
+    twins in) the marked section."""
     section = section_of(result)
     start_marker, end_marker, *_, formatter = section
-    row = formatter(result)
+    new_rows = formatter(result).split("\n")
     start, end = text.find(start_marker), text.find(end_marker)
     if start < 0 or end < start:
         sep = "" if not text or text.endswith("\n\n") else ("\n" if text.endswith("\n") else "\n\n")
-        return text + sep + render_section([row], section) + "\n"
+        return text + sep + render_section(new_rows, section) + "\n"
     body = text[start + len(start_marker) : end]
     rows = [line for line in body.splitlines() if line.startswith("| ") and not line.startswith("| date |")]
-    rows = [r for r in rows if _key(r) != _key(row)] + [row]
+    rows = [r for r in rows if _key(r) not in {_key(new) for new in new_rows}] + new_rows
     return text[:start] + render_section(rows, section) + text[end + len(end_marker) :]
 
 

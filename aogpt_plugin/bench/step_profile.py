@@ -5,7 +5,8 @@ synchronises). Every piece of work gets one category:
 
     communication     NCCL / gloo / c10d collectives
     optimizer         anything under `aogpt.optimizer` (gradient clipping, AdamW step, zero_grad)
-    loss              the training cross-entropy, forward and backward (likelihood.ao_cross_entropy)
+    loss              the training cross-entropy on the logits, forward and backward (cross_entropy.ao_cross_entropy;
+                      the fused path runs inside the model's forward: its GEMMs are matmul, the rest elementwise)
     attention         scaled-dot-product attention and its kernels (flash, memory-efficient, cuDNN)
     matmul            GEMMs (cuBLAS / CUTLASS / Triton templates; aten mm/addmm/bmm on a CPU)
     elementwise/norm  everything else: norms, adaLN modulation, GELU, embeddings, gathers, copies

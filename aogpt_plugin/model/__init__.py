@@ -2,12 +2,13 @@
 
 from .args import CONDITIONINGS, FLAVORS, AOGPTModelArgs
 
-__all__ = ["AOGPT", "AOGPTModelArgs", "CONDITIONINGS", "FLAVORS", "TransformerBlock"]
+__all__ = ["AOGPT", "AOGPTModelArgs", "CONDITIONINGS", "FLAVORS", "TransformerBlock", "position_features"]
 
 
 def __getattr__(name: str):
-    """AOGPT (and its block) on first use: the args and flavors alone load no torch (fast `aogpt ... --help`)."""
-    if name in ("AOGPT", "TransformerBlock"):
+    """AOGPT (its block, its adaLN position features) on first use: the args and flavors alone load no torch
+    (fast `aogpt ... --help`)."""
+    if name in ("AOGPT", "TransformerBlock", "position_features"):
         from . import model
 
         return getattr(model, name)

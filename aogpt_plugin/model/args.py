@@ -23,6 +23,9 @@ if TYPE_CHECKING:
     import torch.nn as nn
 
 CONDITIONINGS = ("adaln", "concat", "none")
+LOSS_PATHS = ("logits", "fused")
+"""How training meets the head: `logits` (forward returns them, the loss reads them) or `fused` (forward is given
+the labels and returns the loss, the head's GEMM chunked with it: no logits tensor; model.py)."""
 NORMS = ("rmsnorm", "layernorm")
 GELUS = ("exact", "tanh")
 
@@ -31,6 +34,11 @@ def check_conditioning(conditioning: str, key: str = "aogpt.conditioning") -> No
     """The model knows its conditionings; the `[aogpt]` section and the model args both ask here."""
     if conditioning not in CONDITIONINGS:
         raise ConfigError(f"{key}={conditioning!r} is not supported; allowed: {', '.join(CONDITIONINGS)}")
+
+
+def check_loss_path(loss_path: str, key: str = "aogpt.loss_path") -> None:
+    if loss_path not in LOSS_PATHS:
+        raise ConfigError(f"{key}={loss_path!r} is not supported; allowed: {', '.join(LOSS_PATHS)}")
 
 
 def check_positions(key: str, length: int, max_seq_len: int, owner: str) -> None:
@@ -99,6 +107,10 @@ class AOGPTModelArgs:
         return cls(**d)
 
     # ---- torchtitan BaseModelArgs contract -------------------------------------------------
+    micro_batch = 1
+    """Not a field (no config.json or checkpoint holds it): the sequences of a training micro-batch, which one
+    forward's adaLN tables serve; `update_from_config` sets it, the FLOP count reads it."""
+
     def update_from_config(self, settings, **kwargs) -> None:
         """Copy the AO options of the `[aogpt]` TOML section in (and its tokenizer's vocabulary size) and
         check `training.seq_len`. `settings`: the run's settings (training/sections.py), or the JobConfig
@@ -111,21 +123,36 @@ class AOGPTModelArgs:
         self.validate()
         owner = f"model.flavor={settings.model.flavor!r}"
         check_positions("training.seq_len", settings.training.seq_len, self.max_seq_len, owner)
+        self.micro_batch = settings.training.local_batch_size
 
-    def get_nparams_and_flops(self, model: nn.Module, seq_len: int) -> tuple[int, int]:
-        """Total parameters and training FLOPs per token (forward + backward).
+    def get_nparams_and_flops(
+        self, model: nn.Module, seq_len: int, micro_batch: int | None = None
+    ) -> tuple[int, float]:
+        """Total parameters and training FLOPs per token (forward + backward), as executed.
 
-        6 FLOPs per matmul weight per token (every nn.Linear: attention, MLP, the per-block adaLN
-        projections and the LM head, tied or not) plus attention scores/values, 12 * layers * dim * seq_len,
-        counted densely as torchtitan does for causal attention. Embedding lookups cost nothing.
+        6 FLOPs per matmul weight per token (every nn.Linear but adaLN's: attention, MLP and the LM head, tied
+        or not) plus attention scores/values, 12 * layers * dim * seq_len, counted densely as torchtitan does
+        for causal attention. adaLN's Linears run once per forward on the seq_len positions' table
+        (model.modulation_rows), whatever the micro-batch (`micro_batch` sequences, default the run's
+        `self.micro_batch`): 6 FLOPs per adaLN weight per position, shared by the micro-batch's tokens.
+        Embedding lookups and the table's gathers cost nothing.
         """
         import torch.nn as nn
 
         nparams = sum(p.numel() for p in model.parameters())
-        matmul_params = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
+        per_token = per_position = 0
+        for name, module in model.named_modules():
+            if isinstance(module, nn.Linear):
+                if name.endswith("adaln"):  # layers.N.adaln and final_adaln
+                    per_position += module.weight.numel()
+                else:
+                    per_token += module.weight.numel()
         if self.tie_head:  # the head multiplies by the token embedding, which is no nn.Linear
-            matmul_params += self.padded_vocab_size * self.dim
-        flops = 6 * matmul_params + 12 * self.n_layers * self.dim * seq_len
+            per_token += self.padded_vocab_size * self.dim
+        tables = (
+            6 * per_position / (micro_batch or self.micro_batch)
+        )  # per token: seq_len positions, batch x seq_len tokens
+        flops = 6 * per_token + tables + 12 * self.n_layers * self.dim * seq_len
         return nparams, flops
 
 

@@ -10,7 +10,10 @@ slots and drop the last one's output; under causal attention the last slot canno
 others, so n slots give identical logits for less work.)
 
 `conditioning` selects how the target position enters:
-  adaln  - a 128-d target table -> SiLU -> per-block Linear(128, 6d) shift/scale/gate (AO-GPT)
+  adaln  - a 128-d target table -> SiLU -> per-block Linear(128, 6d) shift/scale/gate (AO-GPT). A slot's
+           modulation depends on nothing but its target position, so each Linear runs on the positions
+           (a table, once a layer per forward) and the slots' rows are gathered from it (`modulation_rows`):
+           the per-slot numbers, without a (slots, 6d) tensor of the Linear's output
   concat - a d-wide target table added to the input embedding (sigma-GPT style baseline)
   none   - no target information: with the identity order this is a plain causal GPT
 
@@ -18,17 +21,22 @@ The backbone's norms, query/key norm, GELU and head follow the model args (args.
 default, GPT-2's with `GPT2_BACKBONE`. With a tied head there is no `output` module: the head
 multiplies by the token embedding, so no parameter is shared between two modules (state dicts,
 safetensors and FSDP see each tensor once).
+
+`forward(tokens, order)` returns the logits; given `labels` it returns the summed training cross-entropy
+instead, the head's GEMM chunked with the loss (cross_entropy.fused_head_cross_entropy: no logits tensor).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..cross_entropy import fused_head_cross_entropy
 from .args import AOGPTModelArgs
 
 # attend(q, k, v) -> y, all (batch, heads, slots, head_dim); the default is causal SDPA.
@@ -41,6 +49,29 @@ def causal_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Te
 
 def modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return x * (1 + scale) + shift
+
+
+class Conditioning(NamedTuple):
+    """What adaLN conditions slots on: each slot's target position, and adaLN's input for every position."""
+
+    targets: torch.Tensor  # (...) long: the target position of each slot
+    features: torch.Tensor  # (positions, target_pe_dim): `position_features`, one row per target position
+
+
+def position_features(target_embeddings: nn.Embedding, positions: int | None = None) -> torch.Tensor:
+    """adaLN's input for each of the first `positions` target positions (all if None): SiLU of their rows."""
+    weight = target_embeddings.weight
+    return F.silu(weight if positions is None else weight[:positions])
+
+
+def modulation_rows(adaln: nn.Linear, cond: Conditioning, chunks: int) -> list[torch.Tensor]:
+    """`adaln(features[targets]).chunk(chunks, -1)`, each (..., width / chunks), as a table gathered by target:
+    the Linear runs once on every position's features (positions x width) and each chunk's rows are looked up
+    on their own, so no (slots, width) tensor of the Linear's output is written (a compiled block reads the
+    rows inside the kernels that apply them). The backward sums each position's rows (an embedding's
+    gradient) before the Linear's backward, which runs on the positions too."""
+    table = adaln(cond.features)
+    return [F.embedding(cond.targets, part) for part in table.chunk(chunks, dim=-1)]
 
 
 def make_norm(args: AOGPTModelArgs, width: int) -> nn.Module:
@@ -95,12 +126,12 @@ class TransformerBlock(nn.Module):
         self.adaln = nn.Linear(args.target_pe_dim, 6 * args.dim, bias=True) if args.conditioning == "adaln" else None
 
     def forward(
-        self, x: torch.Tensor, cond: torch.Tensor | None = None, attend: AttendFn | None = None
+        self, x: torch.Tensor, cond: Conditioning | None = None, attend: AttendFn | None = None
     ) -> torch.Tensor:
         if self.adaln is None:
             x = x + self.attention(self.attention_norm(x), attend)
             return x + self.feed_forward(self.ffn_norm(x))
-        shift_a, scale_a, gate_a, shift_f, scale_f, gate_f = self.adaln(cond).chunk(6, dim=-1)
+        shift_a, scale_a, gate_a, shift_f, scale_f, gate_f = modulation_rows(self.adaln, cond, 6)
         x = x + gate_a * self.attention(modulate(self.attention_norm(x), shift_a, scale_a), attend)
         return x + gate_f * self.feed_forward(modulate(self.ffn_norm(x), shift_f, scale_f))
 
@@ -156,11 +187,12 @@ class AOGPT(nn.Module):
         """The [None] slot's input, shape (dim,)."""
         return self.none_embedding[0] + self.pos_embeddings.weight[0]
 
-    def condition(self, targets: torch.Tensor) -> torch.Tensor | None:
-        """Per-slot conditioning vector for adaLN (SiLU of the target row), else None."""
+    def condition(self, targets: torch.Tensor, positions: int | None = None) -> Conditioning | None:
+        """adaLN's conditioning of slots with target positions `targets`, all below `positions` (default: every
+        position of the model), else None."""
         if self.model_args.conditioning != "adaln":
             return None
-        return F.silu(self.target_embeddings(targets))
+        return Conditioning(targets, position_features(self.target_embeddings, positions))
 
     def input_shift(self, targets: torch.Tensor) -> torch.Tensor | float:
         """What `concat` conditioning adds to the slot inputs (0 otherwise)."""
@@ -168,12 +200,16 @@ class AOGPT(nn.Module):
             return 0.0
         return self.target_embeddings(targets)
 
-    def head(self, h: torch.Tensor, cond: torch.Tensor | None) -> torch.Tensor:
+    def head(self, h: torch.Tensor, cond: Conditioning | None) -> torch.Tensor:
+        return self.project(self.head_input(h, cond))
+
+    def head_input(self, h: torch.Tensor, cond: Conditioning | None) -> torch.Tensor:
+        """What the head multiplies: the final norm of the states, modulated per slot under adaLN."""
         h = self.norm(h)
-        if self.final_adaln is not None:
-            shift, scale = self.final_adaln(cond).chunk(2, dim=-1)
-            h = modulate(h, shift, scale)
-        return self.project(h)
+        if self.final_adaln is None:
+            return h
+        shift, scale = modulation_rows(self.final_adaln, cond, 2)
+        return modulate(h, shift, scale)
 
     def project(self, h: torch.Tensor) -> torch.Tensor:
         """Logits of normed final states: the output Linear, or the token embedding (tied head)."""
@@ -181,8 +217,17 @@ class AOGPT(nn.Module):
             return F.linear(h, self.tok_embeddings.weight)
         return self.output(h)
 
+    def head_loss(self, h: torch.Tensor, cond: Conditioning | None, labels: torch.Tensor) -> torch.Tensor:
+        """The summed cross-entropy of `head(h, cond)` against `labels` over the real vocabulary, the head's
+        GEMM chunked with the loss: no logits tensor. It reads the head's weights itself, where `project` calls
+        the output module (under FSDP the head then shares the root's unit: training/parallelize.py)."""
+        weight, bias = (
+            (self.tok_embeddings.weight, None) if self.output is None else (self.output.weight, self.output.bias)
+        )
+        return fused_head_cross_entropy(self.head_input(h, cond), weight, bias, labels, self.model_args.vocab_size)
+
     # ---- training / scoring forward -------------------------------------------------------
-    def hidden(self, tokens: torch.Tensor, order: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def hidden(self, tokens: torch.Tensor, order: torch.Tensor) -> tuple[torch.Tensor, Conditioning | None]:
         """Final states (B, L, dim) and conditioning of the slots for an order prefix `order` (B, L),
         L <= n: slot j holds x[order[j-1]] ([None] for j = 0) and targets order[j]. With causal
         attention a slot never depends on later slots, so any prefix length gives the same states."""
@@ -190,17 +235,22 @@ class AOGPT(nn.Module):
         read = torch.gather(tokens, 1, order[:, :-1])  # tokens fed to slots 1..L-1
         h = torch.cat([self.start_embedding().expand(bsz, 1, -1), self.embed_tokens(read, order[:, :-1])], dim=1)
         h = h + self.input_shift(order)
-        cond = self.condition(order)
+        cond = self.condition(order, positions=tokens.shape[1])
         for layer in self.layers.values():
             h = layer(h, cond)
         return h, cond
 
-    def forward(self, tokens: torch.Tensor, order: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, tokens: torch.Tensor, order: torch.Tensor | None = None, labels: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """tokens: (B, n) in original order; order: (B, n) permutation (None = left to right).
 
-        Returns logits (B, n, padded_vocab) where slot j scores x[order[:, j]].
+        Returns logits (B, n, padded_vocab) where slot j scores x[order[:, j]]; given `labels` (B, n), what
+        slot j should score (x[order[:, j]] in training, IGNORE_INDEX for none), the summed cross-entropy
+        over the real vocabulary instead (`head_loss`: the logits are never held whole).
         """
         bsz, n = tokens.shape
         if order is None:
             order = torch.arange(n, device=tokens.device).expand(bsz, n)
-        return self.head(*self.hidden(tokens, order))
+        h, cond = self.hidden(tokens, order)
+        return self.head(h, cond) if labels is None else self.head_loss(h, cond, labels)

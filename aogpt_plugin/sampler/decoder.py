@@ -28,7 +28,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
-from ..model import AOGPT, TransformerBlock
+from ..model import AOGPT, TransformerBlock, position_features
 from .graphs import raise_compile_limits
 from .masks import FlexStepMask, dense_mask
 from .options import DecodeAttention
@@ -116,11 +116,12 @@ class PackedLinear(nn.Module):
 
 # ---- adaLN tables ---------------------------------------------------------------------------
 def modulation_table(adaln: nn.Linear, target_embeddings: nn.Embedding, chunks: int = 1, plus_one: tuple = ()):
-    """adaln(SiLU(target_embeddings)) for every target position, (positions, width). The chunks numbered in
-    `plus_one` (of `chunks` equal ones) hold 1 + their value: scales, as the fused formulas read them
-    (rounded as the model's `1 + scale` rounds them, in the table's dtype)."""
+    """adaln(SiLU(target_embeddings)) for every target position, (positions, width): the table training's
+    `modulation_rows` computes each forward, here once per weights. The chunks numbered in `plus_one` (of
+    `chunks` equal ones) hold 1 + their value: scales, as the fused formulas read them (rounded as the
+    model's `1 + scale` rounds them, in the table's dtype)."""
     with torch.no_grad():
-        table = adaln(F.silu(target_embeddings.weight)).detach()
+        table = adaln(position_features(target_embeddings)).detach()
         for c in plus_one:
             table.narrow(-1, c * table.shape[-1] // chunks, table.shape[-1] // chunks).add_(1)
     return table

@@ -6,6 +6,9 @@ by x[sigma]. What reaches `model(input, order=order)` and the loss:
 
     ({"input": x, "order": sigma}, x[sigma])
 
+and under `[aogpt] loss_path = "fused"` the labels go to the model too, which returns the summed loss itself
+(model.py's fused head): ({"input": x, "order": sigma, "labels": x[sigma]}, x[sigma]).
+
 The order stream index is part of the dataloader state, so a resumed run draws the same orders;
 under `[aogpt] l2r_curriculum_steps` the index also gives the step whose share of left-to-right
 orders a sequence is drawn with (orders.L2RCurriculum), which `log_l2r_share` puts beside the
@@ -29,9 +32,18 @@ from ..seeding import stream_generator
 
 
 class OrderedTextDataset(IterableDataset, Stateful):
-    def __init__(self, base, sampler: OrderSampler, stream: int, shuffle_windows: int = 0, seed: int = 0):
+    def __init__(
+        self,
+        base,
+        sampler: OrderSampler,
+        stream: int,
+        shuffle_windows: int = 0,
+        seed: int = 0,
+        labels_to_model: bool = False,
+    ):
         self.base, self.sampler, self.stream = base, sampler, stream
         self.shuffle_windows, self.seed = shuffle_windows, seed
+        self.labels_to_model = labels_to_model  # the fused loss path: the model's forward takes the labels
         self._index = 0  # sequences drawn so far on this stream
         self._buffer: list = []  # windows waiting to be drawn (shuffle_windows > 0)
 
@@ -52,7 +64,15 @@ class OrderedTextDataset(IterableDataset, Stateful):
         for x in self._windows():
             order = self.sampler.sample(self.stream, self._index)
             self._index += 1
-            yield {"input": x, "order": order}, x[order]
+            labels = x[order]
+            yield (
+                (
+                    {"input": x, "order": order, "labels": labels}
+                    if self.labels_to_model
+                    else {"input": x, "order": order}
+                ),
+                labels,
+            )
 
     def state_dict(self):
         state = {"base": self.base.state_dict(), "order_index": self._index}
@@ -115,7 +135,8 @@ def ordered_windows(base, settings, dp_rank: int, infinite: bool = True, dp_worl
     `settings`: the run's settings (sections.RunSettings)."""
     ao = settings.aogpt
     sampler = order_sampler_of(settings, dp_world_size)
-    return OrderedTextDataset(base, sampler, dp_rank, ao.shuffle_windows if infinite else 0, ao.order_seed)
+    shuffle_windows = ao.shuffle_windows if infinite else 0
+    return OrderedTextDataset(base, sampler, dp_rank, shuffle_windows, ao.order_seed, ao.loss_path == "fused")
 
 
 def log_l2r_share(metrics_processor, settings) -> None:

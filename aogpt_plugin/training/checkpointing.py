@@ -231,6 +231,8 @@ def save_recorded(
     the run's step guard (or None)."""
     if guard is not None:
         guard.stop.saves = True
+        if manager._should_save(curr_step, last_step):  # before anything is written: the steps' checks read
+            guard.settle(curr_step)
     stopping = guard is not None and guard.stop_step == curr_step and not last_step
     will_save = stopping or manager._should_save(curr_step, last_step)
     step_dir = manager._create_checkpoint_id(curr_step)

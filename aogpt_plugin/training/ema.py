@@ -42,6 +42,9 @@ class EMA(nn.Module):
         super().__init__()
         self.decay, self.warmup = decay, warmup
         self.register_buffer("num_updates", torch.zeros((), dtype=torch.int64))
+        # its value on the host, so an update reads nothing from the device; None after a load (read then)
+        self._updates: int | None = 0
+        self.register_load_state_dict_post_hook(lambda module, keys: setattr(module, "_updates", None))
         # The model is looked up through a weak reference (it owns this module) and the tensors by
         # name at every use: moving the model (to_empty, .to) replaces buffer objects.
         self._model = weakref.ref(model)
@@ -78,17 +81,25 @@ class EMA(nn.Module):
     def reset(self) -> None:
         """Start the average at the current weights (after the model's weights are initialised)."""
         self.num_updates.zero_()
+        self._updates = 0
         for p, s in self._pairs():
             local_tensor(s).copy_(local_tensor(p))
+
+    def updates(self) -> int:
+        """`num_updates` as the host knows it (read from the device once after a checkpoint loaded)."""
+        if self._updates is None:
+            self._updates = int(self.num_updates.item())
+        return self._updates
 
     def current_decay(self) -> float:
         if not self.warmup:
             return self.decay
-        k = int(self.num_updates.item())
+        k = self.updates()
         return min(self.decay, (1 + k) / (10 + k))
 
     @torch.no_grad()
     def update(self) -> None:
+        self._updates = self.updates() + 1
         self.num_updates += 1
         weight = 1.0 - self.current_decay()
         pairs = self._pairs()

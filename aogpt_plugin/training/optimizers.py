@@ -6,7 +6,8 @@ the step guard and the EMA on the optimizer's step hooks, and the configured lea
 * The guard and the EMA hang off torch's `Optimizer.register_step_pre_hook` / `post_hook` (torchtitan's
   containers are torch Optimizers): before every step the guard (step_guard.py) checks the step's loss
   and gradients on every rank, after it the new weights, then the model's EMA (`model.ema`, attached
-  by parallelize.py) is updated. A bad step raises before anything is written (NonFiniteStepError).
+  by parallelize.py) is updated, all on the device: the hooks read nothing on the host but at the
+  guard's reading steps (a bad step raises NonFiniteStepError there, and before any checkpoint).
   The hooks are registered when the container is built, so they run before any hook torchtitan's
   Trainer registers afterwards (the float8 amax/scale precompute).
 * The EMA starts at the weights the optimizer starts from: torchtitan builds the optimizers right
@@ -81,10 +82,11 @@ def hook_guard_and_emas(container: torch.optim.Optimizer, count_steps, params, g
     `container`'s step hooks. `count_steps()` is the steps taken so far; `guard` may be None."""
     for ema in emas:
         ema.reset()
-    step_in_flight = [0]
+    step_in_flight: list[int | None] = [None]  # counted on the host: AdamW's own count may live on the device
 
     def before_step(optimizer, args, kwargs) -> None:
-        step_in_flight[0] = count_steps() + 1
+        # the count is read once, at the first step (after a resumed checkpoint has loaded)
+        step_in_flight[0] = (count_steps() if step_in_flight[0] is None else step_in_flight[0]) + 1
         if guard is not None:
             guard.check_before_step(params, step_in_flight[0])
 

@@ -37,11 +37,14 @@ def apply_fsdp(
     reduce_dtype: torch.dtype,
     cpu_offload: bool,
     reshard_policy: str,
+    head_in_root: bool = False,
 ) -> None:
     """FSDP2 units as torchtitan groups Llama: embeddings / each block / final norm + head / root
     (positions, target table, final adaLN). A tied head (GPT-2's backbone) reads the token embedding
-    after the blocks, so then the embedding, the final norm and the root are one unit: the root keeps
-    its parameters gathered through forward and backward. Gradients are not divided by the
+    after the blocks, and the fused loss path (`head_in_root`: `[aogpt] loss_path = "fused"`) reads the
+    head's weights inside the root's forward without calling the head's module; then the embedding, the
+    final norm, the head and the root are one unit: the root keeps its parameters gathered through
+    forward and backward. Gradients are not divided by the
     data-parallel degree (the loss is divided by the global token count already), and gloo meshes
     reduce with SUM. `reshard_policy`: parallelism.fsdp_reshard_after_forward."""
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
@@ -55,12 +58,12 @@ def apply_fsdp(
     if cpu_offload:
         kwargs["offload_policy"] = CPUOffloadPolicy()
     reshard = reshard_policy != "never"
-    tied = model.output is None
-    if not tied:
+    in_root = head_in_root or model.output is None
+    if not in_root:
         fully_shard(model.tok_embeddings, **kwargs, reshard_after_forward=reshard)
     for block in model.layers.values():
         fully_shard(block, **kwargs, reshard_after_forward=reshard)
-    if not tied:  # not resharded after forward by default: FSDP would prefetch it for backward at once
+    if not in_root:  # not resharded after forward by default: FSDP would prefetch it for backward at once
         fully_shard([model.norm, model.output], **kwargs, reshard_after_forward=reshard_policy == "always")
     fully_shard(model, **kwargs)
     for module in model.modules():

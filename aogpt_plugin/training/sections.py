@@ -26,7 +26,7 @@ import tyro
 
 from ..data.tokenizer import check_tokenizer_spec
 from ..errors import ConfigError
-from ..model.args import check_conditioning
+from ..model.args import check_conditioning, check_loss_path
 from ..orders import canonical_order, check_curriculum, check_p_l2r
 from .config_checks import check_types
 
@@ -38,6 +38,11 @@ class AOGPT:
 
     target_pe_dim: int = 128
     """Width of the target-position table that feeds adaLN (the paper uses 128)."""
+
+    loss_path: str = "logits"
+    """How the head meets the loss: logits (the head writes the micro-batch's logits, the loss reads them) | fused
+    (the head's GEMM chunked with the loss inside the model's forward: no logits tensor; equal loss and gradients).
+    Under FSDP the fused path keeps the head in the root's unit (docs/training.md)."""
 
     order: str = "mixture"
     """Order distribution: mixture | random | l2r | fixed_random | blockwise:K (orders.py)."""
@@ -72,7 +77,7 @@ class AOGPT:
     """Validation: seed of those fixed orders, so every validation scores the same (window, order) pairs."""
 
     nan_check: bool = True
-    """Stop on a NaN/inf loss or gradient (before the optimizer step) or weight (after it): no checkpoint holds bad weights."""
+    """Stop on a NaN/inf loss, gradient or updated weight, read at the logging steps (a bad step then stops before its update) and before every checkpoint: no checkpoint holds bad weights."""
 
     verify_data: bool = True
     """Check every shard of a prepared data folder against its manifest's sha256 before training (once per file; `--aogpt.no-verify-data` skips it)."""
@@ -86,6 +91,7 @@ class AOGPT:
     def __post_init__(self) -> None:
         check_types(self, "aogpt")
         check_conditioning(self.conditioning)
+        check_loss_path(self.loss_path)
         self.order = canonical_order(self.order)  # aliases spelled canonically
         check_p_l2r(self.p_l2r)
         check_curriculum(self.l2r_curriculum_steps, self.l2r_curriculum, self.order)

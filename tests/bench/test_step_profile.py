@@ -23,7 +23,7 @@ from aogpt_plugin.bench.step_profile import (
     summarise,
 )
 from aogpt_plugin.bench.train_step import Variant
-from aogpt_plugin.likelihood import ao_cross_entropy
+from aogpt_plugin.cross_entropy import ao_cross_entropy
 
 # kernel names as the CUDA profiler prints them on an H100 (cuBLAS, flash / cuDNN / CUTLASS attention,
 # Triton kernels of inductor, fused AdamW, NCCL)

@@ -49,13 +49,36 @@ def test_the_printed_headline_says_what_it_is_next_to_the_figures_it_summarises(
     out = capsys.readouterr().out
     step_ms = {v: float(m) for v, m in re.findall(r"^  (ar|ao) +([\d.]+) ms/step \(median of 3 steps\)", out, re.M)}
     headline = re.search(
-        r"AO / AR step time, median of 3 per-round ratios: ([\d.]+) \[min ([\d.]+), max ([\d.]+)\]", out
+        r"AO / AR step time \(logits loss path\), median of 3 per-round ratios: ([\d.]+) \[min ([\d.]+), max ([\d.]+)\]",
+        out,
     )
     rounds = re.search(r"per-round ratios: ([\d., ]+); ratio of the overall medians above: ([\d.]+)", out)
     assert set(step_ms) == {"ar", "ao"} and headline and rounds, out
     per_round = sorted(float(x) for x in rounds.group(1).split(", "))
     assert [float(x) for x in headline.groups()] == [per_round[1], per_round[0], per_round[2]]
     assert float(rounds.group(2)) == pytest.approx(step_ms["ao"] / step_ms["ar"], abs=2e-3)
+
+
+def test_each_loss_path_is_timed_in_the_same_rounds_with_flops_as_executed_and_ar_equivalent(capsys):
+    """`--loss-path logits,fused`: every variant on both paths, interleaved; AO / AR per path and fused / logits
+    per variant. TFLOP/s count what a variant executes (AO's adaLN once per position of the micro-batch's
+    tables), the AR-equivalent ones AR's FLOPs for the same tokens."""
+    argv = ["--flavor", "debugmodel", "--seq-len", "16", "--batch", "2", "--steps", "1", "--rounds", "2"]
+    assert train_bench.run(parse([*argv, "--loss-path", "logits,fused", "--json"])) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(out["median_step_ms"]) == {"ar", "ao", "ar+fused", "ao+fused"} and out["loss_paths"] == [
+        "logits",
+        "fused",
+    ]
+    assert set(out["by_loss_path"]) == {"logits", "fused"} and set(out["fused_vs_logits"]) == {"ar", "ao"}
+    assert out["ao_vs_ar_step_time_ratio"] == out["by_loss_path"]["logits"]["ao_vs_ar_step_time_ratio"]
+    assert out["command"].endswith("--variants ar,ao --loss-path logits,fused")
+    flops = out["flops_per_token"]
+    assert flops["ao"] == flops["ao+fused"] > flops["ar"] == flops["ar+fused"]
+    ar_per_token = train_bench.ar_flops_per_token("debugmodel", 16)
+    assert flops["ar"] == ar_per_token
+    for v, tps in out["tokens_per_s"].items():
+        assert out["tflops_ar_equivalent"][v] == pytest.approx(tps * ar_per_token / 1e12, abs=1e-3)
 
 
 def test_profile_summarises_each_variant_by_category_and_writes_traces(capsys, tmp_path):
@@ -85,6 +108,7 @@ def test_compile_takes_blocks_by_default_or_the_whole_model():
         (["--flavor", "huge"], "--flavor 'huge' is unknown"),
         (["--seq-len", "9999"], "--seq-len 9999 is outside 2..256"),
         (["--variants", "ar,xl"], "--variants 'ar,xl' is not a comma list"),
+        (["--loss-path", "logits,lazy"], "--loss-path 'logits,lazy' is not a comma list of logits, fused"),
         (["--batch", "0"], "--batch 0 must be >= 1"),
         (["--loss-chunk-rows", "-1"], "--loss-chunk-rows -1 must be >= 0"),
         (["--profile-trace", "/tmp/x"], "--profile-trace needs --profile"),

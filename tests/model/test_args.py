@@ -14,7 +14,9 @@ from aogpt_plugin.model import FLAVORS, AOGPTModelArgs
 
 @pytest.mark.parametrize("conditioning", ["adaln", "concat", "none"])
 def test_flops_per_token_match_a_flop_counter(conditioning):
-    """6 x matmul params + 12 L d n per token equals counted fwd+bwd matmul/attention FLOPs."""
+    """6 x matmul params + 12 L d n per token, adaLN's Linears counted once per position of the micro-batch's
+    tables, equals the fwd+bwd matmul/attention FLOPs a counter sees; counting adaLN per token (a micro-batch
+    of one sequence) does not, for adaLN."""
     model = tiny_model(conditioning, max_seq_len=16)
     n, bsz = 16, 2
     tokens = torch.randint(0, 61, (bsz, n))
@@ -22,9 +24,26 @@ def test_flops_per_token_match_a_flop_counter(conditioning):
     # the math SDPA backend decomposes into bmm's the counter sees (the CPU flash kernel is not counted)
     with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
         model(tokens, order=order).sum().backward()
-    _, per_token = model.model_args.get_nparams_and_flops(model, n)
+    _, per_token = model.model_args.get_nparams_and_flops(model, n, micro_batch=bsz)
     # the counter sees causal SDPA as dense, exactly the convention torchtitan uses
-    assert counter.get_total_flops() == per_token * bsz * n
+    assert counter.get_total_flops() == pytest.approx(per_token * bsz * n, rel=1e-12)
+    _, per_token_adaln = model.model_args.get_nparams_and_flops(model, n, micro_batch=1)
+    assert (per_token_adaln == per_token) == (conditioning != "adaln")
+
+
+def test_the_flop_count_reads_the_runs_micro_batch():
+    """torchtitan calls get_nparams_and_flops(model, seq_len): the micro-batch comes from update_from_config."""
+    from types import SimpleNamespace
+
+    model = tiny_model("adaln", max_seq_len=16)
+    args = model.model_args
+    settings = SimpleNamespace(
+        model=SimpleNamespace(flavor="tiny"), training=SimpleNamespace(seq_len=16, local_batch_size=4)
+    )
+    args.update_from_config(settings)
+    assert args.micro_batch == 4 and "micro_batch" not in args.to_dict()
+    assert args.get_nparams_and_flops(model, 16) == args.get_nparams_and_flops(model, 16, micro_batch=4)
+    assert args.get_nparams_and_flops(model, 16)[1] < args.get_nparams_and_flops(model, 16, micro_batch=1)[1]
 
 
 def test_param_count_of_paper_sizes():

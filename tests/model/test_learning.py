@@ -20,9 +20,10 @@ import pytest
 import torch
 from conftest import tiny_model
 
+from aogpt_plugin.cross_entropy import ao_cross_entropy
 from aogpt_plugin.data.synthetic import MarkovSource, MarkovSpec
 from aogpt_plugin.data.tokenizer import load_tokenizer
-from aogpt_plugin.likelihood import ao_cross_entropy, token_nll
+from aogpt_plugin.likelihood import token_nll
 
 VOCAB, N = 61, 16
 

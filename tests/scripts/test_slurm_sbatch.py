@@ -128,6 +128,19 @@ def test_a_local_batch_size_given_on_the_command_line_is_kept():
     assert per_node_command(proc.stdout)[-1] == "--training.local_batch_size=4"  # not added a second time
 
 
+@pytest.mark.parametrize(("gpus", "accumulation"), [(1, 8), (8, 1)])
+def test_llm_cs_micro_batch_of_64_keeps_the_recipes_global_batch(gpus, accumulation):
+    """`small` at micro-batch 64 (llm.c's: 8 GPUs x 64 x 1024 = 524,288 tokens a step), one flag on the recipe:
+    the same 512 sequences a step, in 8 accumulated micro-batches on one GPU, in one on 8 (docs/training.md)."""
+    args = ["--dry-run", "--nnodes", "1", "--gpus-per-node", str(gpus), SMALL, "--training.local_batch_size", "64"]
+    proc = run_script(args)
+    assert proc.returncode == 0, proc.stderr
+    assert line(proc.stdout, "batch:") == (
+        f"batch: global_batch_size 512 = local_batch_size 64 x {gpus} ranks x {accumulation} gradient accumulation "
+        "steps; 512 x seq_len 1024 = 524288 tokens/step"
+    )
+
+
 @pytest.mark.parametrize(
     ("args", "env", "says"),
     [

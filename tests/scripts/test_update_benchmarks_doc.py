@@ -140,6 +140,36 @@ def test_a_training_bench_run_gets_its_row_in_the_training_table():
     assert "| - | - | 1.079" in cpu and cpu.count("--flavor small") == 2
 
 
+def test_a_run_of_both_loss_paths_gets_a_row_per_path_with_the_ar_equivalent_mfu():
+    both = {
+        **TRAIN,
+        "command": TRAIN["command"] + " --loss-path logits,fused",
+        "loss_paths": ["logits", "fused"],
+        "median_step_ms": {"ar": 48.1, "ao": 51.0, "ar+fused": 45.0, "ao+fused": 47.5},
+        "tokens_per_s": {"ar": 170312.0, "ao": 160498.0, "ar+fused": 182000.0, "ao+fused": 172463.0},
+        "mfu": {"ar": 0.155, "ao": 0.146, "ar+fused": 0.166, "ao+fused": 0.157},
+        "mfu_ar_equivalent": {"ar": 0.155, "ao": 0.140, "ar+fused": 0.166, "ao+fused": 0.151},
+        "peak_memory_gib": {"ar": 9.5, "ao": 10.25, "ar+fused": 6.0, "ao+fused": 6.5},
+        "by_loss_path": {
+            "logits": {"ao_vs_ar_step_time_ratio": 1.079, "ratio_range": [1.026, 1.091]},
+            "fused": {"ao_vs_ar_step_time_ratio": 1.055, "ratio_range": [1.04, 1.06]},
+        },
+    }
+    text = update_text("# Benchmarks\n", both)
+    rows = [line for line in text.splitlines() if line.startswith("| 2")]
+    assert len(rows) == 2
+    assert rows[0].endswith(
+        "| bfloat16, blocks | 48.10 | 51.00 | 170,312 / 160,498 | 15.5% / 14.6% (AR-eq. 14.0%) "
+        "| 9.50 / 10.25 | 1.079 [1.026, 1.091] |"
+    )
+    assert rows[1].endswith(
+        "| bfloat16, blocks, fused loss | 45.00 | 47.50 | 182,000 / 172,463 | 16.6% / 15.7% "
+        "(AR-eq. 15.1%) | 6.00 / 6.50 | 1.055 [1.040, 1.060] |"
+    )
+    again = update_text(text, both).splitlines()
+    assert [line for line in again if line.startswith("| 2")] == rows  # a rerun replaces both rows
+
+
 def test_a_profile_run_gets_one_row_with_every_category_per_variant():
     from update_benchmarks_doc import PROFILE_CATEGORIES, PROFILE_START
 

@@ -47,6 +47,17 @@ def test_batches_hold_tokens_orders_and_gathered_labels():
         assert sorted(row.tolist()) == list(range(32))
 
 
+def test_the_fused_loss_path_hands_the_model_its_labels_and_the_same_batches():
+    """`[aogpt] loss_path = "fused"`: the model's forward takes the labels (it returns the summed loss), so the
+    batch holds them beside the tokens and orders, which are the logits path's."""
+    (logits_batch, logits_labels), (batch, labels) = (
+        next(iter(_loader(extra=("--aogpt.loss_path", path)))) for path in ("logits", "fused")
+    )
+    assert set(logits_batch) == {"input", "order"} and set(batch) == {"input", "order", "labels"}
+    assert torch.equal(batch["labels"], labels) and torch.equal(labels, logits_labels)
+    assert torch.equal(batch["input"], logits_batch["input"]) and torch.equal(batch["order"], logits_batch["order"])
+
+
 def test_eos_ends_every_document_and_windows_pack_across_documents(tmp_path):
     import json
 

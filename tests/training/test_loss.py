@@ -11,8 +11,8 @@ import pytest
 import torch
 from conftest import launch_train, tiny_model
 
+from aogpt_plugin.cross_entropy import IGNORE_INDEX, ao_cross_entropy
 from aogpt_plugin.errors import UserError
-from aogpt_plugin.likelihood import IGNORE_INDEX, ao_cross_entropy
 from aogpt_plugin.training.ema import attach_ema
 from aogpt_plugin.training.loss import recorded_loss
 from aogpt_plugin.training.nonfinite import nonfinite_count, refuse_nonfinite_load
@@ -85,7 +85,8 @@ def test_padded_logits_get_no_gradient_and_ignored_labels_count_nothing():
 
 def _settings(tokenizer: str, compile_backend: str | None = None) -> SimpleNamespace:
     return SimpleNamespace(
-        aogpt=SimpleNamespace(tokenizer=tokenizer, nan_check=True),
+        aogpt=SimpleNamespace(tokenizer=tokenizer, nan_check=True, loss_path="logits"),
+        training=SimpleNamespace(steps=10),
         compile=SimpleNamespace(
             enable=compile_backend is not None, components=["model", "loss"], backend=compile_backend
         ),
@@ -117,10 +118,13 @@ def debug_recipe_losses() -> list[float]:
     return DEBUG_RECIPE_LOSSES_TORCH_2_11 if torch.__version__.startswith("2.11.") else DEBUG_RECIPE_LOSSES
 
 
-def test_the_debug_recipe_keeps_its_losses(tmp_path):
+@pytest.mark.parametrize("loss_path", ["logits", "fused"])
+def test_the_debug_recipe_keeps_its_losses(tmp_path, loss_path):
     """The loss both torchtitan versions train with (loss.recorded_loss / titan03's AOLoss call
-    ao_cross_entropy): the debug recipe's first 8 steps print the losses recorded before it was chunked."""
+    ao_cross_entropy, or the model's fused head under `--aogpt.loss_path fused`): the debug recipe's first 8
+    steps print the losses recorded before it was chunked, on either loss path."""
     args = ["--job.config_file", "train_configs/aogpt_debug.toml", "--job.dump_folder", str(tmp_path / "run")]
+    args += ["--aogpt.loss_path", loss_path]
     args += ["--training.steps", "8", "--debug.seed", "7", "--metrics.log_freq", "1"]
     args += ["--metrics.disable_color_printing", "--validation.no-enable", "--checkpoint.no-enable"]
     proc = launch_train(args)

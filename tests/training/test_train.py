@@ -87,6 +87,21 @@ def test_train_resume_convert_two_processes_fsdp(tmp_path):
 
 
 @pytest.mark.slow
+def test_the_fused_loss_path_trains_two_fsdp_processes_as_the_logits_path(tmp_path):
+    """`[aogpt] loss_path = "fused"` under FSDP, which then keeps the head in the root's unit: the logits path's
+    losses and trained weights (its logits), to float32 rounding."""
+    runs = {}
+    for path in ("logits", "fused"):
+        extra = {"aogpt.loss_path": path, "checkpoint.enable": False}
+        proc, out, _ = _train(tmp_path, path, 4, nproc=2, extra=extra, dump=tmp_path / path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs[path] = torch.load(out)
+    losses = {path: [run["losses"][s] for s in range(1, 5)] for path, run in runs.items()}
+    assert losses["fused"] == pytest.approx(losses["logits"], abs=1e-4)
+    torch.testing.assert_close(runs["fused"]["logits_raw"], runs["logits"]["logits_raw"], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow
 def test_train_two_processes_compile_and_selective_ac(tmp_path):
     extra = {"compile.enable": True, "activation_checkpoint.mode": "selective"}
     proc, out, _ = _train(tmp_path, "compiled", 6, nproc=2, extra=extra)

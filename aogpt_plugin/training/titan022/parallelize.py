@@ -44,6 +44,7 @@ def parallelize_aogpt(model: nn.Module, parallel_dims, job_config) -> nn.Module:
             reduce_dtype=TORCH_DTYPE_MAP[job_config.training.mixed_precision_reduce],
             cpu_offload=job_config.training.enable_cpu_offload,
             reshard_policy=job_config.parallelism.fsdp_reshard_after_forward,
+            head_in_root=share_settings(job_config).aogpt.loss_path == "fused",
         )
         logger.info("Applied FSDP2 to aogpt (per block + root)")
     elif parallel_dims.dp_replicate_enabled:

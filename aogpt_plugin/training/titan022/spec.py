@@ -39,12 +39,14 @@ def build_ao_loss(job_config, guard: StepGuard, **unused):
     return recorded_loss(share_settings(job_config), guard)
 
 
-def build_metrics_processor(job_config, parallel_dims, model_args=None, tag=None):
-    """torchtitan's, with the curriculum's share of left-to-right orders beside the training metrics."""
+def build_metrics_processor(job_config, parallel_dims, model_args=None, tag=None, *, guard: StepGuard):
+    """torchtitan's, with the curriculum's share of left-to-right orders beside the training metrics; the
+    guard reads its checks at the steps it logs (where torchtitan reads the loss)."""
     from torchtitan.components.metrics import build_metrics_processor as build
 
     processor = build(job_config, parallel_dims, model_args, tag)
     log_l2r_share(processor, share_settings(job_config))
+    guard.reads_at = processor.should_log
     return processor
 
 
@@ -61,7 +63,7 @@ def get_train_spec() -> TrainSpec:
         build_tokenizer_fn=build_tokenizer,
         build_loss_fn=partial(build_ao_loss, guard=guard),
         build_validator_fn=build_ao_validator,
-        build_metrics_processor_fn=build_metrics_processor,
+        build_metrics_processor_fn=partial(build_metrics_processor, guard=guard),
         state_dict_adapter=AOGPTStateDictAdapter,
     )
 

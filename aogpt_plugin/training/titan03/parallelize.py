@@ -41,6 +41,7 @@ def parallelize_aogpt(
             reduce_dtype=TORCH_DTYPE_MAP[training.mixed_precision_reduce],
             cpu_offload=training.enable_cpu_offload,
             reshard_policy=parallelism.fsdp_reshard_after_forward,
+            head_in_root=model.settings.aogpt.loss_path == "fused",
         )
         logger.info("Applied FSDP2 to aogpt (per block + root)")
     elif parallel_dims.dp_replicate_enabled:

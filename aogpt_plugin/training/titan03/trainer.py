@@ -77,6 +77,7 @@ class AOGPTTrainer(Trainer):
         super().__init__(config)
         guard, opt = self.loss_fn.guard, self.optimizers
         opt.guard = guard
+        guard.reads_at = self.metrics_processor.should_log  # the guard reads where torchtitan reads the loss
         emas = [m.ema for m in self.model_parts if getattr(m, "ema", None) is not None]
         hook_guard_and_emas(opt, opt.steps_done, opt.params, guard, emas)
         for m in self.model_parts:  # after the EMA hooks, as 0.2.2's post-optimizer hooks ran
