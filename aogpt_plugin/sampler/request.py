@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
     from ..model import AOGPT, AOGPTModelArgs
     from .choices import SamplerChoices
+    from .engine import Engine, SampleOutput
     from .generation import GenerationResult, SampleConfig
     from .prompt import Prompt
     from .requests_file import RequestLine
@@ -456,6 +457,46 @@ def sample_batches(
         rows = group + [group[0]] * (size - len(group)) if fixed_shape else group
         batch = SampleRequest.from_requests([r.seeded(base.seed) for r in rows], **_options(base))
         yield group, run_plan(model, plan(batch), decode)
+
+
+def sample_in_slots(
+    engine: Engine,
+    requests: list[RequestLine],
+    base: SampleRequest,
+    plan: Callable[[SampleRequest], SamplePlan],
+    path: str = "requests",
+) -> Iterator[tuple[RequestLine, SampleOutput]]:
+    """The requests sampled by the continuous-batching `engine` (engine.py), each planned alone (its own
+    options; its seed its own or sample `index` of base's), as many queued as the engine has slots: yields each
+    request and its sample as it finishes (not in input order), its tokens those of the request sampled alone.
+    A request whose step fails is one UserError naming it (`path`: where the requests came from)."""
+    from collections import deque
+
+    finished: deque = deque()
+
+    class Collect:
+        def drawn(self, job, sample, pairs):
+            pass
+
+        def finished(self, job, sample, output):
+            finished.append((job.request, output))
+
+        def failed(self, job, message):
+            raise UserError(f"{job.request.where(path)}: {message}")
+
+    listener, todo = Collect(), iter(requests)
+    more = True
+    while more or not engine.idle():
+        while more and engine.queued < engine.slots:
+            request = next(todo, None)
+            if request is None:
+                more = False
+                break
+            one = SampleRequest.from_requests([request.seeded(base.seed)], **_options(base))
+            engine.submit(plan(one), listener).request = request
+        engine.step()
+        while finished:
+            yield finished.popleft()
 
 
 def sample_requests(
