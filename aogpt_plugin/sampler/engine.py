@@ -308,6 +308,7 @@ class _StaticSlots:
         self.state = StaticDecoder(
             model, slots, choices.backend, choices.linears, choices.graphs, choices.decode_attention
         )
+        self.state.pending.fill_(1)  # an empty slot's geometry: nothing encoded, the start slot pending
 
     def admit(self, slot: int, row: _Row) -> None:
         self.state.admit(slot, row.order, row.given_table, row.given, row.noise_key, row.sampling)
