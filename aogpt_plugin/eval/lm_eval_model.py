@@ -202,10 +202,8 @@ class AOGPTLM(LM):
         """Every request a sample of its own (its context given at positions 0.., T = its new tokens, seeded
         as sample `index` of seed), sampled in `batch_size` slots of the continuous-batching engine
         (sampler/engine.py): a request's text does not depend on the batch size or its neighbours."""
-        from ..sampler import RequestLine, SampleRequest
+        from ..sampler import Engine, RequestLine, SampleRequest, sample_in_slots
         from ..sampler.choices import resolve_choices
-        from ..sampler.engine import Engine
-        from ..sampler.request import sample_in_slots
 
         lines, stops = [], []
         for i, req in enumerate(requests):

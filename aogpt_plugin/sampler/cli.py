@@ -242,8 +242,8 @@ def run_requests(args, device, dtype) -> int:
     from ..devices import device_name, print_json
     from ..errors import Interrupted
     from ..model_dir import load_model_dir, read_config
+    from . import Engine
     from .choices import SPECULATIVE
-    from .engine import Engine
     from .request import SampleRequest, check_requests, sample_batches, sample_in_slots, token_options
     from .requests_file import OrderedResults, made_from, read_requests
 

@@ -49,7 +49,6 @@ from .step import draw_slots, forward_slots, step_geometry
 if TYPE_CHECKING:
     from ..model import AOGPT
     from .choices import SamplerChoices
-    from .request import SamplePlan
 
 BATCHING = ("continuous", "fixed")
 
@@ -127,8 +126,8 @@ class Engine:
         self.last_step_seconds = 0.0
 
     # ---- the submitter's side ---------------------------------------------------------------------
-    def submit(self, plan: SamplePlan, listener: Listener) -> Job:
-        """Queue the samples of `plan` (a checked parallel plan, sample_request.plan); each is drawn as its
+    def submit(self, plan, listener: Listener) -> Job:
+        """Queue the samples of `plan` (a checked parallel plan: request.SamplePlan); each is drawn as its
         lone run would draw it."""
         run, counts = start_parallel(self.model, plan.config, plan.prompts, plan.order, plan.choices)
         job = Job(listener, run.batch)

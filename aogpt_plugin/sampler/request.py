@@ -42,7 +42,6 @@ if TYPE_CHECKING:
 
     from ..model import AOGPT, AOGPTModelArgs
     from .choices import SamplerChoices
-    from .engine import Engine, SampleOutput
     from .generation import GenerationResult, SampleConfig
     from .prompt import Prompt
     from .requests_file import RequestLine
@@ -460,15 +459,16 @@ def sample_batches(
 
 
 def sample_in_slots(
-    engine: Engine,
+    engine,
     requests: list[RequestLine],
     base: SampleRequest,
     plan: Callable[[SampleRequest], SamplePlan],
     path: str = "requests",
-) -> Iterator[tuple[RequestLine, SampleOutput]]:
-    """The requests sampled by the continuous-batching `engine` (engine.py), each planned alone (its own
+) -> Iterator[tuple]:
+    """The requests sampled by the continuous-batching `engine` (an engine.Engine), each planned alone (its own
     options; its seed its own or sample `index` of base's), as many queued as the engine has slots: yields each
-    request and its sample as it finishes (not in input order), its tokens those of the request sampled alone.
+    request and its sample (an engine.SampleOutput) as it finishes (not in input order), its tokens those of the
+    request sampled alone.
     A request whose step fails is one UserError naming it (`path`: where the requests came from)."""
     from collections import deque
 

@@ -77,7 +77,7 @@ def build_app(state: ServerState) -> FastAPI:
             scheme, _, key = given.partition(" ")
             if scheme.lower() != "bearer" or not hmac.compare_digest(key.strip().encode(), state.api_key.encode()):
                 why = "no API key given (Authorization: Bearer KEY)" if not given else "the API key is wrong"
-                return error_response(RequestError(why, None, 401, "invalid_api_key"))
+                return error_response(RequestError(why, None, 401))
         return await call_next(request)
 
     @app.exception_handler(RequestError)

@@ -45,7 +45,9 @@ class RequestError(Exception):
         self.param, self.status, self.kind = param, status, kind
 
     def body(self) -> dict:
-        code = {404: "model_not_found", 413: "request_too_large", 429: "queue_full"}.get(self.status)
+        code = {401: "invalid_api_key", 404: "model_not_found", 413: "request_too_large", 429: "queue_full"}.get(
+            self.status
+        )
         return {"error": {"message": str(self), "type": self.kind, "param": self.param, "code": code}}
 
 
@@ -242,7 +244,7 @@ def _checked_ids(name: str, ids: list[int], vocab_size: int) -> list[int]:
 def plan_choices(completion: Completion, plan) -> None:
     """Each choice's checked plan (`plan(SampleRequest, spell)`): given prompt, infill spans and suffix,
     length, seed and the request's options. A value the sampler refuses is a RequestError naming its field."""
-    from ..sampler.request import SampleRequest
+    from ..sampler import SampleRequest
 
     options = dict(completion.extensions)
     infill = options.pop("infill")

@@ -82,9 +82,9 @@ class Server:
     def _open(request) -> tuple[int, dict | str, dict]:
         try:
             with urllib.request.urlopen(request, timeout=120) as r:
-                status, text, headers = r.status, r.read().decode(), dict(r.headers)
+                status, text, headers = r.status, r.read().decode(), {k.lower(): v for k, v in r.headers.items()}
         except urllib.error.HTTPError as e:
-            status, text, headers = e.code, e.read().decode(), dict(e.headers)
+            status, text, headers = e.code, e.read().decode(), {k.lower(): v for k, v in e.headers.items()}
         try:
             return status, json.loads(text), headers
         except ValueError:
@@ -97,9 +97,9 @@ class Server:
                 return float(line.rsplit(" ", 1)[1])
         raise KeyError(name)
 
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> tuple[int, str]:
-        """Send `sig`, wait; (exit status, stderr)."""
-        if self.proc.poll() is None:
+    def stop(self, sig: int | None = signal.SIGTERM, timeout: float = 60) -> tuple[int, str]:
+        """Send `sig` (None: none, it is ending by itself), wait; (exit status, stderr)."""
+        if sig is not None and self.proc.poll() is None:
             self.proc.send_signal(sig)
         try:
             _, err = self.proc.communicate(timeout=timeout)

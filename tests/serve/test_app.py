@@ -119,7 +119,7 @@ def test_echo_with_logprobs_gives_every_prompt_tokens_left_to_right_logprob(serv
     expected = left_to_right_logp(offline.module, prompt)
     assert logprobs["token_logprobs"][:5] == [float(expected[j, t]) for j, t in enumerate(prompt)]
     top = expected[1].topk(2)
-    assert logprobs["top_logprobs"][1] == {str(int(i)): float(v) for v, i in zip(top.values, top.indices)}
+    assert logprobs["top_logprobs"][1] == {str(int(i)): float(v) for v, i in zip(top.values, top.indices, strict=True)}
     generated = int(logprobs["tokens"][5])
     whole = left_to_right_logp(offline.module, prompt + [generated])
     assert logprobs["token_logprobs"][5] == float(whole[5, generated])
