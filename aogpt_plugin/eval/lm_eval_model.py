@@ -27,6 +27,7 @@ the device default auto, the machine's, instead of lm_eval's cuda:0). Any other 
 
 from __future__ import annotations
 
+import lm_eval.models  # noqa: F401  (lm_eval adds its own models only to an empty registry: before "aogpt")
 import torch
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model

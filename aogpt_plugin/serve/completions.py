@@ -33,7 +33,7 @@ OPENAI_FIELDS = (
 )  # fmt: skip
 EXTENSIONS = ("top_k", "steps", "order", "schedule", "counts", "infill")
 MAX_LOGPROBS = 5  # OpenAI's limit for completions
-MAX_STOPS = 4  # OpenAI's limit
+MAX_STOPS = 16  # (OpenAI takes 4; lm-eval sends a task's stops and the end-of-text one)
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default
 
 
