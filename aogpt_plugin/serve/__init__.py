@@ -83,8 +83,8 @@ def run(args) -> int:
 
     from ..devices import device_name, resolve_device, resolve_dtype
     from ..model_dir import load_model_dir, read_config
-    from ..sampler.choices import resolve_choices
     from ..sampler import Engine
+    from ..sampler.choices import resolve_choices
     from .app import ServerState, build_app
     from .completions import Limits
     from .metrics import Metrics
