@@ -29,6 +29,7 @@ import time
 
 from ..errors import UserError
 from ..model import FLAVORS
+from ..sampler.options import add_graphs_arg
 from . import median_and_range
 
 
@@ -43,6 +44,8 @@ def add_to(subparsers) -> None:
     p.add_argument("--rate", type=float, default=50.0, help="Poisson arrivals per second (default 50)")
     p.add_argument("--rounds", type=int, default=3, help="rounds, each server once per round (default 3)")
     p.add_argument("--threads", type=int, default=1, help="the servers' intra-op threads (default 1)")
+    p.add_argument("--device", default="cpu", help="the servers' device, and the offline results' (default cpu)")
+    add_graphs_arg(p)
     p.add_argument("--json", action="store_true", help="print one JSON object (scripts/update_benchmarks_doc.py)")
     p.set_defaults(run=run)
 
@@ -70,15 +73,18 @@ def mixed_completions(count: int, n: int, vocab_size: int, seed: int = 0) -> lis
     return out
 
 
-def offline_texts(model_dir: str, bodies: list[dict]) -> list[str]:
-    """Each request's text sampled alone in this process (the server's own request checks and plans)."""
-    import torch
+def offline_texts(model_dir: str, bodies: list[dict], device: str = "cpu", graphs: str = "auto") -> list[str]:
+    """Each request's text sampled alone in this process (the server's own request checks and plans), on the
+    servers' device with their graphs mode."""
 
+    from ..devices import resolve_device, resolve_dtype
     from ..model_dir import load_model_dir
     from ..sampler import generate
     from ..serve.completions import Limits, cut_at_stop, parse_completion, plan_choices
 
-    loaded = load_model_dir(model_dir, torch.device("cpu"), torch.float32)
+    device = resolve_device(device)
+    dtype = resolve_dtype("bfloat16" if device.type == "cuda" else "float32")
+    loaded = load_model_dir(model_dir, device, dtype)
     model, tokenizer = loaded.model, loaded.tokenizer(check_vocab=False)
     args = model.model_args
     limits = Limits(max_tokens=args.max_seq_len, max_n=1)
@@ -88,13 +94,20 @@ def offline_texts(model_dir: str, bodies: list[dict]) -> list[str]:
             {k: v for k, v in body.items() if k != "stream"}, model_name="m", positions=args.max_seq_len,
             vocab_size=args.vocab_size, encode=tokenizer.encode, limits=limits,
         )  # fmt: skip
-        plan_choices(completion, lambda r, spell: r.plan(args, tokenizer.encode, "cpu", torch.float32, spell))
+        plan_choices(
+            completion, lambda r, spell: _with_graphs(r, graphs).plan(args, tokenizer.encode, device, dtype, spell)
+        )
         (choice,) = completion.choices
         plan = choice.plan
         result = generate(model, plan.config, plan.prompts, order=plan.order, choices=plan.choices)
         gap = result.sample_tokens(0)[len(choice.prompt) : len(choice.prompt) + choice.gap]
         texts.append(cut_at_stop(tokenizer.decode(gap), completion.stop)[0])
     return texts
+
+
+def _with_graphs(request, graphs: str):
+    request.graphs = graphs
+    return request
 
 
 def _metrics(port: int) -> dict[str, float]:
@@ -181,14 +194,15 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[k]
 
 
-def _start_server(model_dir: str, batching: str, slots: int, threads: int):
+def _start_server(model_dir: str, batching: str, slots: int, threads: int, device: str, graphs: str):
     import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cmd = [sys.executable, "-m", "aogpt_plugin.cli", "serve", "--model", model_dir, "--port", str(port)]
-    cmd += ["--slots", str(slots), "--batching", batching, "--max-queue", "100000", "--device", "cpu"]
+    cmd += ["--slots", str(slots), "--batching", batching, "--max-queue", "100000", "--device", device]
+    cmd += ["--graphs", graphs]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
@@ -213,6 +227,7 @@ def run(args) -> int:
 
     import torch
 
+    from ..devices import device_name, resolve_device
     from ..model_dir import read_config, save_model
     from .baselines import build_decoder
 
@@ -241,8 +256,11 @@ def run(args) -> int:
         t += rng.expovariate(args.rate)
         arrivals.append(t)
     _log(f"bench serve: {args.requests} mixed requests up to n={args.n}, {args.clients} clients at {args.rate}/s")
-    expected = offline_texts(model_dir, bodies)
-    servers = {b: _start_server(model_dir, b, args.slots, args.threads) for b in ("continuous", "fixed")}
+    expected = offline_texts(model_dir, bodies, args.device, args.graphs)
+    servers = {
+        b: _start_server(model_dir, b, args.slots, args.threads, args.device, args.graphs)
+        for b in ("continuous", "fixed")
+    }
     started = time.perf_counter()
     rounds, same = [], True
     try:
@@ -280,9 +298,16 @@ def run(args) -> int:
     argv = [f"--model {args.model}" if args.model else f"--flavor {args.flavor}", f"--requests {args.requests}"]
     argv += [f"--n {args.n}", f"--slots {args.slots}", f"--clients {args.clients}", f"--rate {args.rate:g}"]
     argv += [f"--rounds {args.rounds}"] + ([f"--threads {args.threads}"] if args.threads != 1 else [])
+    argv += [
+        f"--{k} {v}"
+        for k, v, default in (("device", args.device, "cpu"), ("graphs", args.graphs, "auto"))
+        if v != default
+    ]
     out = {
         "command": "aogpt bench serve " + " ".join(argv + (["--json"] if args.json else [])),
         "model": args.model or args.flavor,
+        "device": device_name(resolve_device(args.device)),
+        "slots": args.slots,
         "requests": args.requests,
         "generated_tokens": sum(b["max_tokens"] - sum(len(s["tokens"]) for s in b.get("infill", [])) for b in bodies),
         "continuous": summary["continuous"],
