@@ -234,6 +234,15 @@ class Engine:
                 self.known[slot], self.cache_len[slot], self.pending[slot] = row.given, 0, row.given + 1
                 self._slots.admit(slot, row)
 
+    def fail_all(self, message: str) -> None:
+        """Every job in a slot or in the queue fails (the caller met an error outside a step's guard)."""
+        jobs = {id(r.job): r.job for r in [*self.rows, *self.waiting] if r is not None and not r.job.over}
+        for slot in range(self.slots):
+            if self.rows[slot] is not None:
+                self._slots.clear(slot)
+        for job in jobs.values():
+            self._fail(job, message)
+
     def _fail(self, job: Job, message: str) -> None:
         """`job` fails: its samples leave their slots and the queue, its listener hears why once."""
         job.over = True

@@ -107,7 +107,11 @@ class Worker:
                     self._wake.clear()
                     continue
                 started = time.perf_counter()
-                busy = self.engine.step()
+                try:
+                    busy = self.engine.step()
+                except Exception as e:  # noqa: BLE001 - outside a step's own guard (admission): fail all, go on
+                    self.engine.fail_all(f"the engine failed ({type(e).__name__}: {e})")
+                    busy = 0
                 self.queue_depth = self.engine.queued
                 if self.metrics is not None:
                     self.metrics.step(busy, self.engine.busy, self.queue_depth, time.perf_counter() - started)

@@ -222,3 +222,13 @@ def test_the_graphed_static_step_gives_the_lone_runs_tokens_on_cuda():
     for i, plan in enumerate(plans):
         assert got.tokens[(i, 0)] == alone(model, plan)[0], i
     assert engine._slots.state.slots_runner.captured > 0
+
+
+def test_fail_all_fails_every_job_in_a_slot_or_waiting_once(ao_model):
+    plans = [plan_of(ao_model, "off", length=10, seed=s) for s in (1, 2, 3)]
+    engine, got = Engine(ao_model, 2, plans[0].choices), Collect()
+    for name, plan in enumerate(plans):
+        engine.submit(plan, got).name = name
+    engine.step()
+    engine.fail_all("the engine failed (RuntimeError: x)")
+    assert got.failures == {i: "the engine failed (RuntimeError: x)" for i in range(3)} and engine.idle()
