@@ -42,6 +42,7 @@ from ..devices import synchronize
 from .decoder import CachedDecoder
 from .generation import start_parallel
 from .noise import NoiseWorkspace, keys_at, parallel_draw_keys
+from .options import BATCHING
 from .sampling import RowFilters, SamplingParams, row_parameters, sample_row_tokens
 from .static import StaticDecoder, width_bucket
 from .step import draw_slots, forward_slots, step_geometry
@@ -49,8 +50,6 @@ from .step import draw_slots, forward_slots, step_geometry
 if TYPE_CHECKING:
     from ..model import AOGPT
     from .choices import SamplerChoices
-
-BATCHING = ("continuous", "fixed")
 
 
 @dataclass

@@ -27,8 +27,7 @@ API_KEY_ENV = "AOGPT_API_KEY"
 
 def add_to(subparsers) -> None:
     from ..devices import add_verify_arg
-    from ..sampler.engine import BATCHING
-    from ..sampler.options import BACKENDS, add_decode_attention_arg, add_graphs_arg
+    from ..sampler.options import BACKENDS, BATCHING, add_decode_attention_arg, add_graphs_arg
 
     p = subparsers.add_parser("serve", help="an OpenAI-compatible completions server (continuous batching, infill)")
     p.add_argument("--model", required=True, metavar="MODEL_DIR", help="converted model folder (aogpt convert)")
