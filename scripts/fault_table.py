@@ -709,7 +709,7 @@ def rows(tmp: Path) -> list[tuple[str, str, str, str]]:
         ("long-prompt", "`aogpt serve`: a prompt too long for the model"),
         ("max-tokens", "`aogpt serve --max-tokens 16`: `max_tokens` 17"),
         ("body-size", "`aogpt serve --max-body-bytes 1024`: a 2 kB body"),
-        ("queue-full", "`aogpt serve --slots 1 --max-queue 1`: a request while one waits"),
+        ("queue-full", "`aogpt serve --slots 1 --max-queue 2`: 2 more samples while one waits"),
         ("no-key", "`aogpt serve --api-key-file KEY`: no key, then a wrong one"),
         ("disconnect", "`aogpt serve`: a streaming client that disconnects"),
         ("nan-step", "`aogpt serve`: non-finite logits in a step (a huge target embedding, finite weights)"),

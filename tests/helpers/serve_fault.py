@@ -94,7 +94,7 @@ def stopped(proc: subprocess.Popen) -> str:
 
 def main() -> int:
     model_dir, case = sys.argv[1], sys.argv[2]
-    flags = {"queue-full": ["--slots", "1", "--max-queue", "1"], "no-key": ["--api-key-file", "KEY"]}
+    flags = {"queue-full": ["--slots", "1", "--max-queue", "2"], "no-key": ["--api-key-file", "KEY"]}
     flags.update({"body-size": ["--max-body-bytes", "1024"], "max-tokens": ["--max-tokens", "16"]})
     flags.update({c: ["--slots", "1"] for c in ("disconnect", "sigterm", "second-signal")})
     with tempfile.TemporaryDirectory() as tmp:
@@ -124,7 +124,7 @@ def broken_copy(model_dir: str, tmp: str) -> str:
 
     model = load_model_dir(model_dir, torch.device("cpu"), torch.float32).model
     with torch.no_grad():
-        model.target_embeddings.weight[-1] = 1e20
+        model.target_embeddings.weight[-1] = 1e30
     out = str(Path(tmp) / "broken")
     save_model(model, out, tokenizer=read_config(model_dir).tokenizer)
     return out
@@ -170,7 +170,7 @@ def run_case(case: str, proc: subprocess.Popen, port: int) -> str:
         seen: dict = {}
         long_request(port, seen, n=2)
         wait(lambda: metric(port, "aogpt_queue_depth") == 1)
-        return completion(port, {"prompt": "The city", "max_tokens": 4})
+        return completion(port, {"prompt": "The city", "max_tokens": 4, "n": 2})
     if case == "disconnect":
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         body = {"prompt": "1", "max_tokens": 400, "stream": True}
@@ -202,7 +202,7 @@ def run_case(case: str, proc: subprocess.Popen, port: int) -> str:
         if case == "second-signal":
             proc.send_signal(signal.SIGINT)
         thread.join()
-        return f"in flight: {seen['answer'][:8]}; new: {refused}; {stopped(proc)}"
+        return f"in flight: {seen['answer'][:40]}; new: {refused}; {stopped(proc)}"
     raise SystemExit(f"unknown case {case!r}")
 
 
