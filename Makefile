@@ -14,11 +14,11 @@ BIN211 := $(VENV211)/bin
 .PHONY: setup setup-titan03 setup-torch211 demo test test-titan03 test-torch211 test-slow lint bench-train bench-sampler findings findings-gpt2 clean
 
 $(VENV)/.installed: pyproject.toml
-	@echo "setup: $(VENV) with torch 2.13.0 (CPU wheel), torchtitan 0.2.2, lm-eval, transformers, ruff and pytest (about 3 minutes the first time, quiet pip)"
+	@echo "setup: $(VENV) with torch 2.13.0 (CPU wheel), torchtitan 0.2.2, lm-eval, transformers, the server (fastapi, uvicorn), ruff and pytest (about 3 minutes the first time, quiet pip)"
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0  # the local CPU wheel; an unpinned torch pulls CUDA builds
-	PYTHONWARNINGS='ignore:Editable installation' $(BIN)/pip install -q -e '.[dev,titan022]'  # hides setuptools' information-only banner
+	PYTHONWARNINGS='ignore:Editable installation' $(BIN)/pip install -q -e '.[dev,serve,titan022]'  # hides setuptools' information-only banner
 	touch $@
 
 setup: $(VENV)/.installed
@@ -44,7 +44,7 @@ $(VENV211)/.installed: pyproject.toml
 	test -d $(VENV211) || $(PYTHON) -m venv $(VENV211)
 	$(BIN211)/pip install -q --upgrade pip
 	$(BIN211)/pip install -q torch==2.11.0
-	PYTHONWARNINGS='ignore:Editable installation' $(BIN211)/pip install -q -e '.[dev,titan022]'
+	PYTHONWARNINGS='ignore:Editable installation' $(BIN211)/pip install -q -e '.[dev,serve,titan022]'
 	touch $@
 
 setup-torch211: $(VENV211)/.installed

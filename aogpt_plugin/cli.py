@@ -36,6 +36,10 @@ COMMANDS = {  # name: (module whose add_to defines it, one-line help); train, lm
     "tokenizer": ("aogpt_plugin.data.tokenizer_training", "train a byte-level BPE tokenizer.json on a corpus"),
     "data": ("aogpt_plugin.data.prepare", "fetch a corpus once into jsonl shards + manifest, to train offline"),
     "sample": ("aogpt_plugin.sampler.cli", "generate text from a converted model (any order, KV cache)"),
+    "serve": (
+        "aogpt_plugin.serve",
+        "an OpenAI-compatible completions server: continuous batching, infilling through `suffix`",
+    ),
     "eval": ("aogpt_plugin.eval", "zero-shot perplexity, generation perplexity, benchmark counts"),
     "bench": ("aogpt_plugin.bench", "measure training step time (AO vs AR) or sampler speed"),
     "lm-eval": (None, "lm-evaluation-harness with the `aogpt` model registered (ARGS go to lm_eval)"),

@@ -21,6 +21,16 @@ def token_nll(logits: torch.Tensor, labels: torch.Tensor, vocab_size: int) -> to
     return -logp.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
 
 
+@torch.inference_mode()
+def left_to_right_logp(model, tokens: list[int]) -> torch.Tensor:
+    """(n, vocab) float32 log-probabilities of one sequence read left to right: row j is the model's
+    distribution of tokens[j] given tokens[:j] (row 0 given the start slot alone), `token_nll`'s numbers
+    (the server's echo and logprobs; lm-eval's loglikelihood reads the same)."""
+    weight = model.tok_embeddings.weight
+    logits = model(torch.tensor([tokens], dtype=torch.long, device=weight.device))
+    return torch.log_softmax(logits[0, :, : model.model_args.vocab_size].float(), dim=-1).cpu()
+
+
 def order_labels(tokens: torch.Tensor, order: torch.Tensor | None) -> torch.Tensor:
     """What each slot predicts: x[order[:, j]] (x itself left to right)."""
     return tokens if order is None else torch.gather(tokens, 1, order)

@@ -700,6 +700,24 @@ def rows(tmp: Path) -> list[tuple[str, str, str, str]]:
         "--vocab-size 600 --max-bytes 100000",
     )
 
+    # ---- aogpt serve: each fault against a running server (tests/helpers/serve_fault.py, tests/serve/) ----
+    serve_fault = "python tests/helpers/serve_fault.py {tmp}/model %s"
+    for case, fault in (
+        ("bad-json", "`aogpt serve`: a request body that is not JSON"),
+        ("unknown-field", "`aogpt serve`: an unknown field (`frequency_penalty`)"),
+        ("bad-type", '`aogpt serve`: a field of the wrong type (`"max_tokens": "8"`)'),
+        ("long-prompt", "`aogpt serve`: a prompt too long for the model"),
+        ("max-tokens", "`aogpt serve --max-tokens 16`: `max_tokens` 17"),
+        ("body-size", "`aogpt serve --max-body-bytes 1024`: a 2 kB body"),
+        ("queue-full", "`aogpt serve --slots 1 --max-queue 2`: 2 more samples while one waits"),
+        ("no-key", "`aogpt serve --api-key-file KEY`: no key, then a wrong one"),
+        ("disconnect", "`aogpt serve`: a streaming client that disconnects"),
+        ("nan-step", "`aogpt serve`: non-finite logits in a step (a huge target embedding, finite weights)"),
+        ("sigterm", "`aogpt serve`: SIGTERM with a request in flight"),
+        ("second-signal", "`aogpt serve`: SIGTERM, then Ctrl-C while draining"),
+    ):
+        add(fault, serve_fault % case, show="seen: ")
+
     # ---- the authors' layout ----------------------------------------------------------------------
     add(
         "weights saved in the authors' layout (`--checkpoint.last_save_in_hf`): the head's padded rows",

@@ -1,8 +1,9 @@
-"""`aogpt bench {train,sampler,requests}`: benchmarks and the baselines they time (they measure; tests assert).
+"""`aogpt bench {train,sampler,requests,serve}`: benchmarks and the baselines they time (they measure; tests assert).
 
     train_step.py     AO-GPT vs plain AR training step time (forward + backward + AdamW)
     sampler_speed.py  the cached AO sampler vs the encoder-only MDM and AR decode, interleaved rounds
     batched_requests.py  mixed requests (prompts, infill spans, lengths, seeds) one at a time vs in batches
+    serve_load.py     `aogpt serve` under Poisson load from concurrent clients: continuous vs fixed batching
     baselines.py      the encoder-only masked-diffusion model (bidirectional, no cache) and plain
                       KV-cache autoregressive decoding of the AO-GPT backbone
 
@@ -18,6 +19,7 @@ BENCH_MODULES = (
     "aogpt_plugin.bench.train_step",
     "aogpt_plugin.bench.sampler_speed",
     "aogpt_plugin.bench.batched_requests",
+    "aogpt_plugin.bench.serve_load",
 )
 
 
@@ -46,7 +48,9 @@ def command_environment() -> str:
 
 
 def add_to(subparsers) -> None:
-    p = subparsers.add_parser("bench", help="measure training step time (AO vs AR), sampler speed, or batched requests")
-    sub = p.add_subparsers(dest="bench_command", required=True, metavar="{train,sampler,requests}")
+    p = subparsers.add_parser(
+        "bench", help="measure training step time (AO vs AR), sampler speed, batched requests, or the server"
+    )
+    sub = p.add_subparsers(dest="bench_command", required=True, metavar="{train,sampler,requests,serve}")
     for name in BENCH_MODULES:
         importlib.import_module(name).add_to(sub)

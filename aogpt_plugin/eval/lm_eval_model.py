@@ -20,12 +20,14 @@ the device default auto, the machine's, instead of lm_eval's cuda:0). Any other 
                          the same orders per (window, draw), so the two agree on the same text.
   generate_until         the sampler (T = tokens to generate): left to right, or any order after the
                          context with order=random; greedy (top-k 1) unless do_sample; stops honoured.
-                         Requests are sampled batch_size at a time, request i seeded as sample i of seed: its
-                         text is the same at any batch size.
+                         Requests are sampled in batch_size slots of the continuous-batching engine (a
+                         request joins as another ends), request i seeded as sample i of seed: its text is
+                         the same at any batch size.
 """
 
 from __future__ import annotations
 
+import lm_eval.models  # noqa: F401  (lm_eval adds its own models only to an empty registry: before "aogpt")
 import torch
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
@@ -112,6 +114,7 @@ class AOGPTLM(LM):
             raise UserError(f"model_args max_length={max_length} is not allowed; allowed: 1..{positions}")
         self.vocab = self.model.model_args.vocab_size
         self._device = self.model.tok_embeddings.weight.device
+        self._engine = None  # generate_until's continuous-batching engine (batch_size slots), made on first use
 
     # ---- loglikelihood -----------------------------------------------------------------------------
     def _encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
@@ -198,9 +201,9 @@ class AOGPTLM(LM):
     @torch.inference_mode()
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
         """Every request a sample of its own (its context given at positions 0.., T = its new tokens, seeded
-        as sample `index` of seed), sampled `batch_size` at a time through the sampler's batched requests
-        (sampler/request.py): a request's text does not depend on the batch size or its neighbours."""
-        from ..sampler import RequestLine, SampleRequest, sample_batches
+        as sample `index` of seed), sampled in `batch_size` slots of the continuous-batching engine
+        (sampler/engine.py): a request's text does not depend on the batch size or its neighbours."""
+        from ..sampler import Engine, RequestLine, SampleRequest, sample_in_slots
         from ..sampler.choices import resolve_choices
 
         lines, stops = [], []
@@ -231,15 +234,17 @@ class AOGPTLM(LM):
         def plan(request):
             return request.plan(self.model.model_args, None, self._device, dtype)
 
-        fixed = resolve_choices(base.graphs, base.backend, "auto", self._device, dtype).graphs != "off"
+        if self._engine is None:  # kept: its static step's compiled shapes serve every later call
+            choices = resolve_choices(
+                base.graphs, base.backend, "auto", self._device, dtype, self.model.model_args.head_dim
+            )
+            self._engine = Engine(self.model, self.batch_size, choices)
         out: list[str | None] = [None] * len(requests)
         bar = tqdm(total=len(requests), disable=disable_tqdm, desc="generate_until")
-        for group, samples in sample_batches(self.model, lines, base, plan, self.tok.decode, self.batch_size, fixed):
-            for b, line in enumerate(group):
-                given = int(samples.result.given[b])
-                text = self.tok.decode(samples.result.sample_tokens(b)[given:])
-                cut = min((text.find(s) for s in stops[line.index] if s and s in text), default=len(text))
-                out[line.index] = text[:cut]
-            bar.update(len(group))
+        for line, sample in sample_in_slots(self._engine, lines, base, plan):
+            text = self.tok.decode(sample.tokens[sample.given :])
+            cut = min((text.find(s) for s in stops[line.index] if s and s in text), default=len(text))
+            out[line.index] = text[:cut]
+            bar.update(1)
         bar.close()
         return out

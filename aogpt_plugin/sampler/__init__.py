@@ -10,7 +10,8 @@ Pure PyTorch -- importing or running it pulls in no torchtitan and needs no proc
     exact, stats = speculative_generate(model, SampleConfig(length=256, num_samples=4), draft="auto")
 
 Each sample of a batch may have its own prompt, length, order and seed (SampleConfig.lengths / seeds, one
-Prompt per sample); `SampleRequest` and `sample_batches` (request.py) run many such requests in batches.
+Prompt per sample); `SampleRequest` and `sample_batches` (request.py) run many such requests in batches, and
+`Engine` (engine.py) in slots that a request joins as another leaves (`sample_in_slots`).
 """
 
 import importlib
@@ -33,6 +34,8 @@ _EXPORTS = {  # name: module that defines it (imported on first use: `aogpt samp
     "SampleRequest": "request",
     "check_requests": "request",
     "sample_batches": "request",
+    "sample_in_slots": "request",
+    "Engine": "engine",
     "RequestLine": "requests_file",
 }
 __all__ = list(_EXPORTS)

@@ -7,9 +7,10 @@ stdout holds only the samples (text, or with --json one object that `aogpt eval 
 also reads).
 
 `--requests FILE.jsonl --out RESULTS.jsonl` samples one request a line (its own prompt or infill, seed,
-length, order; sampler/requests_file.py) in batches of `--batch-size`, the other flags giving what a
-request leaves out, and writes the results in input order; a second run with the same --out goes on
-where the first stopped.
+length, order; sampler/requests_file.py) in `--batch-size` slots of the continuous-batching engine
+(engine.py: a request joins as another leaves; `--speculative`: fixed batches of that size), the other
+flags giving what a request leaves out, and writes the results in input order; a second run with the
+same --out goes on where the first stopped.
 """
 
 from __future__ import annotations
@@ -82,7 +83,11 @@ def add_to(subparsers) -> None:
         "under the same options (else it stops, naming the first difference); one run writes a file at a time"
     )  # fmt: skip
     g.add_argument(
-        "--batch-size", type=int, default=8, metavar="K", help="with --requests: requests sampled together (default 8)"
+        "--batch-size",
+        type=int,
+        default=8,
+        metavar="K",
+        help="with --requests: requests sampled together, each joining as another ends (default 8)",
     )
     add_runtime_args(p)
     p.set_defaults(run=run)
@@ -237,7 +242,9 @@ def run_requests(args, device, dtype) -> int:
     from ..devices import device_name, print_json
     from ..errors import Interrupted
     from ..model_dir import load_model_dir, read_config
-    from .request import SampleRequest, check_requests, sample_batches, token_options
+    from . import Engine
+    from .choices import SPECULATIVE
+    from .request import SampleRequest, check_requests, sample_batches, sample_in_slots, token_options
     from .requests_file import OrderedResults, made_from, read_requests
 
     config = read_config(args.model)
@@ -271,22 +278,34 @@ def run_requests(args, device, dtype) -> int:
         )
     model_dir = load_model_dir(args.model, device=device, dtype=dtype, verify=args.verify)
     decode = model_dir.tokenizer(check_vocab=False).decode
-    fixed = batch_plan.choices.graphs != "off"  # the static step keeps one batch shape
     bar = tqdm(total=len(requests), initial=len(results.done), unit="req", desc="requests", disable=args.no_progress)
     started, sampled, tokens, sampling_seconds, compile_seconds = time.perf_counter(), 0, 0, 0.0, 0.0
+
+    def add(request, row: list[int], text: str, given: int) -> None:
+        nonlocal sampled, tokens
+        seed = request.seeded(base.seed)["seed"]
+        results.add(request.index, {"text": text, "tokens": row, "seed": seed, "length": len(row)})
+        tokens += len(row) - given
+        sampled += 1
+        bar.update(1)
+
     try:
-        for group, samples in sample_batches(model_dir.model, todo, base, plan, decode, args.batch_size, fixed):
-            result = samples.result
-            for b, request in enumerate(group):
-                row = result.sample_tokens(b)
-                seed = request.seeded(base.seed)["seed"]
-                results.add(request.index, {"text": samples.texts[b], "tokens": row, "seed": seed, "length": len(row)})
-                tokens += len(row) - int(result.given[b])
-            sampled += len(group)
-            sampling_seconds += result.seconds - result.compile_seconds
-            compile_seconds += result.compile_seconds
-            bar.update(len(group))
-            bar.set_postfix_str(f"{tokens / max(sampling_seconds, 1e-9):.1f} tokens/s")  # tqdm shows req/s
+        if batch_plan.choices.sampler == SPECULATIVE:  # its rounds: fixed batches (engine.py says why)
+            fixed = batch_plan.choices.graphs != "off"  # the static step keeps one batch shape
+            for group, samples in sample_batches(model_dir.model, todo, base, plan, decode, args.batch_size, fixed):
+                result = samples.result
+                for b, request in enumerate(group):
+                    add(request, result.sample_tokens(b), samples.texts[b], int(result.given[b]))
+                sampling_seconds += result.seconds - result.compile_seconds
+                compile_seconds += result.compile_seconds
+                bar.set_postfix_str(f"{tokens / max(sampling_seconds, 1e-9):.1f} tokens/s")  # tqdm shows req/s
+        else:  # continuous batching: --batch-size slots, a request joins as one leaves
+            engine = Engine(model_dir.model, args.batch_size, batch_plan.choices)
+            for request, sample in sample_in_slots(engine, todo, base, plan, args.requests):
+                add(request, sample.tokens, decode(sample.tokens), sample.given)
+                sampling_seconds = engine.seconds - engine.compile_seconds()
+                bar.set_postfix_str(f"{tokens / max(sampling_seconds, 1e-9):.1f} tokens/s")  # tqdm shows req/s
+            compile_seconds = engine.compile_seconds()
     except KeyboardInterrupt as e:
         detail = (
             f"{results.written} of {len(requests)} results are in {args.out!r}; the same command goes on from there"

@@ -295,6 +295,21 @@ def _start(
     )  # fmt: skip
 
 
+def start_parallel(
+    model: AOGPT,
+    config: SampleConfig,
+    prompt: Prompt | tuple[Prompt, ...] | None = None,
+    order=None,
+    choices: SamplerChoices | None = None,
+) -> tuple[_Run, torch.Tensor]:
+    """A parallel run set up (`_start`: checked, each sample's order, given tokens and noise key) and each
+    sample's tokens unmasked per step (B, T), drawn from its own generator after its order: what `generate`
+    runs, and what the engine (engine.py) takes each sample's row from."""
+    run = _start(model, config, prompt, order, choices, speculative=False)
+    to_fill = (run.lengths - run.given).tolist()
+    return run, step_counts(to_fill, config.steps, config.schedule, config.counts, run.generators)
+
+
 def _finish(run: _Run) -> tuple[torch.Tensor, float]:
     """The samples in position order (CPU; -1 past a sample's length) and the seconds since `start`."""
     tokens = torch.zeros(run.batch, run.n, dtype=torch.long, device=run.device)
@@ -329,9 +344,7 @@ def generate(
     here from the config). Sample b's tokens depend on its own options and seed only.
     """
     args = model.model_args
-    run = _start(model, config, prompt, order, choices, speculative=False)
-    to_fill = (run.lengths - run.given).tolist()
-    counts = step_counts(to_fill, config.steps, config.schedule, config.counts, run.generators)
+    run, counts = start_parallel(model, config, prompt, order, choices)
     if run.choices.graphs != "off":
         return _generate_static(model, config, run, counts, progress, record)
 

@@ -69,3 +69,9 @@ def add_decode_attention_arg(p) -> None:
         "e.g. partial,split=4,stages=3,warps=4 (SPLIT_KV, num_stages, num_warps; backend=NAME: BACKEND); "
         "auto: the sampler's default (sampler/choices.py). Same samples",
     )
+
+
+BATCHING = (
+    "continuous",
+    "fixed",
+)  # the engine's admission (engine.py): a sample joins as another leaves, or a batch at a time

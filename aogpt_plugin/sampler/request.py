@@ -458,6 +458,47 @@ def sample_batches(
         yield group, run_plan(model, plan(batch), decode)
 
 
+def sample_in_slots(
+    engine,
+    requests: list[RequestLine],
+    base: SampleRequest,
+    plan: Callable[[SampleRequest], SamplePlan],
+    path: str = "requests",
+) -> Iterator[tuple]:
+    """The requests sampled by the continuous-batching `engine` (an engine.Engine), each planned alone (its own
+    options; its seed its own or sample `index` of base's), as many queued as the engine has slots: yields each
+    request and its sample (an engine.SampleOutput) as it finishes (not in input order), its tokens those of the
+    request sampled alone.
+    A request whose step fails is one UserError naming it (`path`: where the requests came from)."""
+    from collections import deque
+
+    finished: deque = deque()
+
+    class Collect:
+        def drawn(self, job, sample, pairs):
+            pass
+
+        def finished(self, job, sample, output):
+            finished.append((job.request, output))
+
+        def failed(self, job, message):
+            raise UserError(f"{job.request.where(path)}: {message}")
+
+    listener, todo = Collect(), iter(requests)
+    more = True
+    while more or not engine.idle():
+        while more and engine.queued < engine.slots:
+            request = next(todo, None)
+            if request is None:
+                more = False
+                break
+            one = SampleRequest.from_requests([request.seeded(base.seed)], **_options(base))
+            engine.submit(plan(one), listener).request = request
+        engine.step()
+        while finished:
+            yield finished.popleft()
+
+
 def sample_requests(
     model: AOGPT,
     requests: list[RequestLine],

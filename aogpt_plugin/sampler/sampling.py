@@ -50,8 +50,9 @@ class SamplingParams:
         return self
 
 
-def top_p_keep(scores: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Bool mask of the nucleus: the most likely tokens whose mass *before* them is < top_p.
+def top_p_keep(scores: torch.Tensor, top_p: float | torch.Tensor) -> torch.Tensor:
+    """Bool mask of the nucleus: the most likely tokens whose mass *before* them is < top_p (a number, or
+    per row a tensor broadcastable to scores).
 
     That is the smallest set of top tokens with mass >= top_p; the top token is always kept.
     """
@@ -73,6 +74,59 @@ def filtered_scores(logits: torch.Tensor, vocab_size: int, params: SamplingParam
         scores = scores.masked_fill(scores < kth, float("-inf"))
     if params.top_p < 1.0:  # p = 1 is skipped outright: a rounded cumsum must not drop tail mass
         scores = scores.masked_fill(~top_p_keep(scores, params.top_p), float("-inf"))
+    return scores
+
+
+@dataclass(frozen=True)
+class RowFilters:
+    """The filters a step with per-row sampling parameters runs, decided on the host (part of a compiled
+    step's key): `top_k`, how many top values it takes (a power of two at least the widest row's k, at most
+    the vocabulary; 0: no row keeps a top-k) and `top_p`, whether any row keeps a nucleus. A step of rows
+    that filter nothing sorts nothing."""
+
+    top_k: int = 0
+    top_p: bool = False
+
+    @classmethod
+    def of(cls, params, vocab_size: int) -> RowFilters:
+        """The filters of rows sampled with `params` (SamplingParams, one per row)."""
+        ks = [p.top_k for p in params if p.top_k is not None and p.top_k < vocab_size]
+        top_k = min(1 << (max(ks) - 1).bit_length(), vocab_size) if ks else 0
+        return cls(top_k, any(p.top_p < 1.0 for p in params))
+
+
+def row_parameters(params, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(temperature, top_p, top_k) of rows sampled with `params` (SamplingParams, one per row) as (B,)
+    tensors: float64, float64 and long (0: no top-k)."""
+    temperature = torch.tensor([p.temperature for p in params], dtype=torch.float64, device=device)
+    top_p = torch.tensor([p.top_p for p in params], dtype=torch.float64, device=device)
+    top_k = torch.tensor([p.top_k or 0 for p in params], dtype=torch.long, device=device)
+    return temperature, top_p, top_k
+
+
+def row_filtered_scores(
+    logits: torch.Tensor,
+    vocab_size: int,
+    temperature: torch.Tensor,
+    top_p: torch.Tensor,
+    top_k: torch.Tensor,
+    filters: RowFilters,
+) -> torch.Tensor:
+    """`filtered_scores` with each row's own parameters: `temperature`, `top_p` (float64) and `top_k` (long,
+    0: none), each of logits.shape[:-1] or broadcastable to it. The same values as `filtered_scores` with a
+    row's SamplingParams, exactly: a division by 1 is exact, a row's k-th largest value is the same taken
+    from a wider top-k, and a row without a filter has its mask switched off, as the per-batch path skips it."""
+    scores = logits[..., :vocab_size].to(torch.float64, copy=True)
+    scores.div_(temperature.unsqueeze(-1))
+    if filters.top_k:
+        values = scores.topk(filters.top_k, dim=-1).values
+        k = top_k.clamp(1, filters.top_k).expand(scores.shape[:-1]).unsqueeze(-1)
+        kth = values.gather(-1, k - 1)
+        kept = ((top_k > 0) & (top_k < vocab_size)).expand(scores.shape[:-1]).unsqueeze(-1)
+        scores = scores.masked_fill((scores < kth) & kept, float("-inf"))
+    if filters.top_p:
+        nucleus = top_p_keep(scores, top_p.unsqueeze(-1)) | (top_p >= 1.0).unsqueeze(-1)
+        scores = scores.masked_fill(~nucleus, float("-inf"))
     return scores
 
 
@@ -137,6 +191,29 @@ def sample_tokens(
         scores = filtered_scores(rows[part], vocab_size, params)
         drawn_tokens = gumbel_argmax(scores, row_keys[part], workspace)
         tokens[tuple(w[part] for w in where)] = drawn_tokens
+    return tokens
+
+
+def sample_row_tokens(
+    logits: torch.Tensor,
+    vocab_size: int,
+    parameters: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    filters: RowFilters,
+    keys: torch.Tensor,
+    drawn: torch.Tensor,
+    workspace: NoiseWorkspace | None = None,
+) -> torch.Tensor:
+    """`sample_tokens` of the rows `drawn` (a bool mask of logits.shape[:-1], (B, R)), each sample b with its
+    own (temperature, top_p, top_k) (`row_parameters`, (B,) each), DRAW_CHUNK rows at a time; 0 elsewhere.
+    A row's token is the one `sample_tokens` draws for it with its sample's SamplingParams."""
+    tokens = torch.zeros(drawn.shape, dtype=torch.long, device=logits.device)
+    where = drawn.nonzero(as_tuple=True)
+    rows, row_keys = logits[where], keys[where]
+    per_row = [p[where[0]] for p in parameters]
+    for start in range(0, rows.shape[0], DRAW_CHUNK):
+        part = slice(start, start + DRAW_CHUNK)
+        scores = row_filtered_scores(rows[part], vocab_size, *(p[part] for p in per_row), filters)
+        tokens[tuple(w[part] for w in where)] = gumbel_argmax(scores, row_keys[part], workspace)
     return tokens
 
 

@@ -42,7 +42,7 @@ from .graphs import StepRunner, uses_inductor
 from .masks import FLEX_BLOCK, step_block_mask, visible
 from .noise import NoiseWorkspace, keys_at, parallel_draw_keys
 from .options import DecodeAttention
-from .sampling import SamplingParams, sample_tokens
+from .sampling import RowFilters, SamplingParams, gumbel_argmax, row_filtered_scores, sample_tokens
 from .step import draw_slots, forward_slots, step_geometry
 
 
@@ -116,7 +116,8 @@ class StaticDecoder:
         # the long-valued state in one flat buffer, so a run's set-up is one copy from pinned memory
         b, s = batch, self.slots
         sizes = {"order": b * s, "in_order": b * s, "plan": b * s, "rows": b * s}
-        sizes.update({name: b for name in ("known", "cache_len", "pending", "width", "noise_keys")}, step_index=1)
+        sizes.update({name: b for name in ("known", "cache_len", "pending", "width", "noise_keys", "new", "top_k")})
+        sizes.update(step_index=1)
         self._flat = torch.zeros(sum(sizes.values()), dtype=torch.long, device=self.device)
         pin = self.device.type == "cuda"
         self._staging = torch.zeros(self._flat.shape, dtype=torch.long, pin_memory=pin)
@@ -131,6 +132,9 @@ class StaticDecoder:
         self.order, self.in_order, self.plan, self.rows = v("order"), v("in_order"), v("plan"), v("rows")
         self.known, self.cache_len, self.pending, self.width = v("known"), v("cache_len"), v("pending"), v("width")
         self.noise_keys, self.step_index = v("noise_keys"), v("step_index")
+        # the engine's slots (engine.py): what each row unmasks this step, and its own sampling parameters
+        self.new, self.top_k = v("new"), v("top_k")
+        self.temperature, self.top_p = (torch.ones(b, dtype=torch.float64, device=self.device) for _ in "tp")
         self.kv_index = torch.arange(s, device=self.device)
         self.draw_keys = torch.zeros(b, s, 2, dtype=torch.long, device=self.device)  # per sample and position
         self._aranges: dict[tuple[str, int], torch.Tensor] = {}
@@ -139,6 +143,7 @@ class StaticDecoder:
         # the step functions as `mode` runs them, by shape key (graphs.py); called with this state
         self.decode_runner = StepRunner(decode_step, mode, self.device, "decode step")
         self.forward_runner = StepRunner(forward_set_step, mode, self.device, "forward step")
+        self.slots_runner = StepRunner(slot_step, mode, self.device, "slot step")
         if self.decoder.backend == "flex":
             cache_len, pending, width = self.cache_len, self.pending, self.width
 
@@ -162,7 +167,8 @@ class StaticDecoder:
     def compile_seconds(self) -> float:
         """Seconds spent compiling this decoder's steps so far (graphs.py; a runner wrapped by a profiler, which
         runs warm shapes only, counts none)."""
-        return sum(getattr(r, "compile_seconds", 0.0) for r in (self.decode_runner, self.forward_runner))
+        runners = (self.decode_runner, self.forward_runner, self.slots_runner)
+        return sum(getattr(r, "compile_seconds", 0.0) for r in runners)
 
     # ---- a run ------------------------------------------------------------------------------
     def start(
@@ -231,6 +237,54 @@ class StaticDecoder:
         key = (width, rows, sampling)
         return self.decode_runner(key, self, self.arange(width), self.arange(rows, "r"), sampling)
 
+    # ---- the engine's slots (engine.py): rows that join and leave at step boundaries -------------
+    def admit(
+        self,
+        slot: int,
+        order: torch.Tensor,
+        given_table: torch.Tensor,
+        given: int,
+        noise_key: int,
+        sampling: SamplingParams,
+    ) -> None:
+        """Row `slot` takes a new sample: its order (n,), its given tokens in order (n,), its count, its noise
+        key (every position's draw key hashed here) and its sampling parameters. Its cache is not cleared:
+        the mask never shows a slot before the sample writes it."""
+        n = order.shape[0]
+        self.order[slot].zero_()
+        self.order[slot, :n] = order.to(self.device)
+        self.in_order[slot].zero_()
+        self.in_order[slot, :n] = given_table.to(self.device)
+        for name, value in (("known", given), ("cache_len", 0), ("pending", given + 1), ("noise_keys", noise_key)):
+            getattr(self, name)[slot] = value
+        key = torch.tensor([noise_key], dtype=torch.long, device=self.device)
+        self.draw_keys[slot] = parallel_draw_keys(key, self.slots)[0]
+        self.temperature[slot], self.top_p[slot] = sampling.temperature, sampling.top_p
+        self.top_k[slot] = sampling.top_k or 0
+
+    def clear(self, slot: int) -> None:
+        """Zero row `slot`'s cache (after a step that failed: a non-finite key or value would reach the next
+        sample through the masked-out slots' zero weights)."""
+        for k, v in zip(self.decoder.cache.k, self.decoder.cache.v, strict=True):
+            k[slot].zero_()
+            v[slot].zero_()
+
+    def step_slots(self, new: torch.Tensor, width: int, rows: int, filters: RowFilters):
+        """One engine step: row b unmasks new[b] (a (B,) host tensor; 0: it sits out) at width bucket `width`,
+        drawing `rows` rows with its own sampling parameters. Returns (tokens (B, rows), finite (B,)): the
+        tokens drawn (past a row's count: scratch) and whether every logit a row drew from was finite."""
+        staging = self._staging_free()
+        self.view("new", staging).copy_(new)
+        self.new.copy_(self.view("new", staging), non_blocking=True)
+        self._staging_used()
+        if self.noise is not None:
+            grown = self.noise.grown
+            self.noise.reserve(self.batch * rows * self.vocab_size, self.device)
+            if self.noise.grown != grown:
+                self.slots_runner.reset()
+        key = (width, rows, filters)
+        return self.slots_runner(key, self, self.arange(width), self.arange(rows, "r"), filters)
+
     def mask(self, q: torch.Tensor, width: torch.Tensor):
         """The step's attention mask over the whole cache: a BlockMask (flex) or a dense (B, 1, W, S) one."""
         if self.decoder.backend == "flex":
@@ -267,6 +321,28 @@ def decode_step(state: StaticDecoder, q: torch.Tensor, r: torch.Tensor, sampling
     known.copy_(known_after)
     state.step_index.add_(1)
     return logits
+
+
+def slot_step(state: StaticDecoder, q: torch.Tensor, r: torch.Tensor, filters: RowFilters):
+    """`decode_step` for the engine's rows: row b unmasks state.new[b] tokens (each row at its own point of
+    its own schedule, the host's to decide) and draws them with its own sampling parameters. Advances the
+    state in place; returns (tokens (B, R), finite (B,))."""
+    new, known = state.new, state.known
+    width, known_after, cache_len_after, pending_after = step_geometry(known, state.cache_len, state.pending, new)
+    state.width.copy_(width)
+    rows, dest = draw_slots(known, state.pending, new, r, q.shape[0] - 1, state.scratch)
+    logits = _forward(state, width, q, rows)
+    positions = state.order.gather(1, torch.clamp(known[:, None] + r, max=state.scratch))
+    parameters = (state.temperature[:, None], state.top_p[:, None], state.top_k[:, None])
+    scores = row_filtered_scores(logits, state.vocab_size, *parameters, filters)
+    tokens = gumbel_argmax(scores, keys_at(state.draw_keys, positions), state.noise)
+    drawn = r < new[:, None]
+    finite = (torch.isfinite(logits[..., : state.vocab_size]).all(dim=-1) | ~drawn).all(dim=-1)
+    state.in_order.scatter_(1, dest, tokens)
+    state.cache_len.copy_(cache_len_after)
+    state.pending.copy_(pending_after)
+    known.copy_(known_after)
+    return tokens, finite
 
 
 def forward_set_step(state: StaticDecoder, q: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:

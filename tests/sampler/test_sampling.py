@@ -10,11 +10,15 @@ from scipy import stats
 from aogpt_plugin.errors import UserError
 from aogpt_plugin.sampler.noise import PARALLEL_DRAW, NoiseWorkspace, row_keys
 from aogpt_plugin.sampler.sampling import (
+    RowFilters,
     SamplingParams,
     binomial_counts,
     deterministic_counts,
     filtered_scores,
     gumbel_argmax,
+    row_filtered_scores,
+    row_parameters,
+    sample_row_tokens,
     sample_tokens,
     split_argmax,
     step_counts,
@@ -160,6 +164,50 @@ def test_a_workspace_and_drawn_rows_give_the_same_draws_and_leave_inputs_alone()
     scores_kept = scores.clone()
     gumbel_argmax(scores, row_keys_, workspace)
     assert torch.equal(logits, kept) and torch.equal(scores, scores_kept)
+
+
+ROW_PARAMS = [
+    SamplingParams(),
+    SamplingParams(temperature=0.7),
+    SamplingParams(top_k=1),
+    SamplingParams(top_k=5, temperature=1.3),
+    SamplingParams(top_p=0.9),
+    SamplingParams(top_p=0.5, top_k=20, temperature=0.8),
+    SamplingParams(top_k=61),  # the whole vocabulary: no filter
+    SamplingParams(top_p=1e-9),  # the top token alone
+]
+
+
+@pytest.mark.parametrize("rows", [ROW_PARAMS, ROW_PARAMS[:1], ROW_PARAMS[1:2], ROW_PARAMS[2:4], ROW_PARAMS[4:5]])
+def test_per_row_parameters_give_each_row_its_per_batch_scores_and_tokens_exactly(rows):
+    """The engine's draw: rows with their own temperature, top-p and top-k share one call, and each row's
+    scores and token are those of the per-batch path with its own SamplingParams, bit for bit."""
+    torch.manual_seed(0)
+    logits = torch.randn(len(rows), 3, 64) * 4  # padded vocabulary 64 over 61 real tokens
+    logits[:, :, 7] = logits[:, :, 8]  # a tie at every row
+    parameters = row_parameters(rows, "cpu")
+    filters = RowFilters.of(rows, 61)
+    scores = row_filtered_scores(logits, 61, *(p[:, None] for p in parameters), filters)
+    row_keys_ = keys(len(rows) * 3).view(len(rows), 3, 2)
+    drawn = torch.ones(len(rows), 3, dtype=torch.bool)
+    drawn[0, 2] = False
+    tokens = sample_row_tokens(logits, 61, parameters, filters, row_keys_, drawn)
+    for b, params in enumerate(rows):
+        assert torch.equal(scores[b], filtered_scores(logits[b], 61, params))
+        alone = sample_tokens(logits[b : b + 1], 61, params, row_keys_[b : b + 1])[0]
+        assert torch.equal(tokens[b][drawn[b]], alone[drawn[b]])
+    assert tokens[0, 2] == 0
+
+
+def test_a_row_with_another_parameter_gets_other_scores():  # the test above can fail
+    logits = torch.randn(2, 1, 64) * 4
+    rows = [SamplingParams(top_k=3), SamplingParams()]
+    scores = row_filtered_scores(
+        logits, 61, *(p[:, None] for p in row_parameters(rows, "cpu")), RowFilters.of(rows, 61)
+    )
+    assert not torch.equal(scores[1], filtered_scores(logits[1], 61, rows[0]))
+    assert RowFilters.of(rows, 61) == RowFilters(top_k=4, top_p=False)
+    assert RowFilters.of([SamplingParams(top_k=100)], 61) == RowFilters()
 
 
 def test_a_rows_token_depends_on_its_own_key_only():
