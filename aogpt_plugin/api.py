@@ -187,6 +187,23 @@ class LoadedModel:
         self._tokenizer_dir = tokenizer_dir
         self._tokenizer = None
 
+    def __enter__(self) -> LoadedModel:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Free what `generate` keeps between calls for this model: the decode view and its static step (a
+        KV cache over every position, and on a GPU its CUDA graphs), which can be most of the memory a model
+        uses after it samples. The model stays usable; the next `generate` builds them again. `with
+        aogpt_plugin.load(path) as lm:` closes it at the end of the block."""
+        from .sampler.decoder import release_decode_state
+
+        release_decode_state(self.module)
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
     def __repr__(self) -> str:
         a = self.model_args
         return (

@@ -95,10 +95,28 @@ def unrecognized_message(extras: list[str], options: list[str]) -> str:
     return f"unrecognized argument {bad}{hint}{more}"
 
 
+def version_line() -> str:
+    """`aogpt 0.1.0 (torch 2.13.0+cpu, torchtitan 0.2.2, Python 3.11.7)`: the installed packages' versions,
+    read from their metadata (nothing imported: it answers at once)."""
+    from importlib import metadata
+
+    def version(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    python = ".".join(map(str, sys.version_info[:3]))
+    return f"aogpt {version('aogpt')} (torch {version('torch')}, torchtitan {version('torchtitan')}, Python {python})"
+
+
 def build_parser(command: str) -> argparse.ArgumentParser:
     """The parser; `command` gets its full sub-parser, the rest a stub that only names it (enough for
     the command list, which `build_parser("")` prints)."""
     parser = OneLineParser(prog="aogpt", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "-V", "--version", action="store_true", help="print the versions of aogpt, torch and torchtitan"
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser, metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
         if module and name == command:
@@ -254,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = _main(sys.argv[1:] if entry else list(argv))
     except KeyboardInterrupt as e:  # landed in _main's own clean-up, after its work
-        code = _finish(f"error: {interrupted_line(e)}", exit_status(e))
+        code = _finish(interrupted_line(e), exit_status(e))
     finally:
         if not entry:
             restore_signals(previous)
@@ -292,6 +310,9 @@ def _main(argv: list[str]) -> int:
     if not argv:  # the command list, not a usage error
         build_parser("").print_help()
         return 0
+    if argv[0] in ("--version", "-V"):
+        print(version_line())
+        return 0
     command = argv[0] if argv[0] in COMMANDS else ""
     # text a terminal's encoding cannot show is escaped, not a crash after the work is done
     for stream in (sys.stdout, sys.stderr):
@@ -316,7 +337,7 @@ def _main(argv: list[str]) -> int:
     except UserError as e:
         return _finish(f"error: {e}", 2)
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (errors.Interrupted)
-        return _finish(f"error: {interrupted_line(e)}", exit_status(e))
+        return _finish(interrupted_line(e), exit_status(e))
     except OutputError as e:  # `aogpt sample > /dev/full`
         sys.stdout = stdout
         _silence_stdout()

@@ -106,7 +106,7 @@ def exit_in_one_line_on_user_error() -> None:
         if issubclass(kind, UserError):
             line, status = f"error: {value}", 2  # after an uncaught exception Python would give 1
         elif issubclass(kind, KeyboardInterrupt):
-            line, status = f"error: {interrupted_line(value)}", exit_status(value)
+            line, status = interrupted_line(value), exit_status(value)  # a stop, not an error
         else:
             return previous(kind, value, tb)
         if os.environ.get("RANK", "0") == "0":  # the real stderr: torch.distributed's hook wraps ours in a buffer
@@ -216,7 +216,7 @@ def stop_quietly_on_signals(line_out: bool) -> None:
                 stream.flush()
         if not line_out:
             with contextlib.suppress(Exception):
-                os.write(2, f"error: {interrupted_line(Interrupted(signum))}\n".encode())
+                os.write(2, f"{interrupted_line(Interrupted(signum))}\n".encode())
         os._exit(128 + signum)
 
     handle.stops_the_command = True

@@ -43,14 +43,15 @@ def run(command: str, cwd: Path, env: dict | None = None) -> tuple[int, str]:
 
 
 def seen(code: int, output: str, show: str | None = None) -> str:
-    """The one line a user reads: the `error:` line (or the line starting with `show`), and the status.
-    torchrun's own agent reports a failed worker with a traceback of its own; that is named, not hidden."""
+    """The one line a user reads: the `error:` line or a stop's `stopped by ...` line (or the line holding
+    `show`), and the status. torchrun's own agent reports a failed worker with a traceback of its own; that
+    is named, not hidden."""
     agent = "torch.distributed.elastic.multiprocessing.errors.ChildFailedError" in output
     tracebacks = output.count("Traceback (most recent call last)") - (1 if agent else 0)
     if tracebacks > 0:
         return f"exit {code}; **{tracebacks} traceback(s)**"
     if show is None:
-        lines = [ln[len("error: ") :] for ln in output.splitlines() if ln.startswith("error: ")]
+        lines = [ln.removeprefix("error: ") for ln in output.splitlines() if ln.startswith(("error: ", "stopped "))]
     else:
         lines = [ln[ln.index(show) :] for ln in output.splitlines() if show in ln]
     if not lines:
@@ -545,7 +546,7 @@ def rows(tmp: Path) -> list[tuple[str, str, str, str]]:
         "grep -q '^|lambada_local' {tmp}/lme.out && break; sleep 0.01; done; kill -INT $P; wait $P; S=$?; "
         "cat {tmp}/lme.log; exit $S",
         display=f"{lm_eval.format(tmp='D') % ''}, then Ctrl-C as its table appears",
-        show="error: stopped",
+        show="stopped by",
     )
     add(
         "`--model_args ...,batch_size=4` (lm_eval's own `--batch_size` not given)",

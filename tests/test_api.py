@@ -613,3 +613,23 @@ def test_a_converted_gpt2_scores_text_as_transformers_does(tmp_path):
     lm.module.requires_grad_(True)
     (-lm.logprob(tokens).sum()).backward()
     assert lm.module.output is None and lm.module.tok_embeddings.weight.grad.abs().sum() > 0
+
+
+def test_close_frees_the_decode_state_and_the_model_stays_usable(model_dir):
+    """`generate` keeps the decode view and its static step (a full-length KV cache) for the next call; close()
+    (or leaving a `with` block) drops them, and a later generate builds them again with the same tokens."""
+    import gc
+    import weakref
+
+    from aogpt_plugin.sampler.decoder import _views
+
+    with aogpt_plugin.load(model_dir, device="cpu") as lm:
+        first = lm.generate(length=12, steps=4, seed=2, graphs="static")
+        view = weakref.ref(_views[lm.module][1])
+        assert view() is not None and view().step_buffers  # kept for the next call
+        lm.close()
+        gc.collect()
+        assert lm.module not in _views and view() is None  # nothing else held it: freed
+        again = lm.generate(length=12, steps=4, seed=2, graphs="static")
+        assert torch.equal(again.tokens, first.tokens) and lm.module in _views
+    assert lm.module not in _views  # the block's end closed it

@@ -44,6 +44,20 @@ def test_help_loads_no_torch(argv):
     assert "usage: aogpt" in proc.stdout and "HEAVY []" in proc.stdout, proc.stdout[-300:]
 
 
+def test_version_names_aogpt_torch_and_torchtitan_without_importing_them():
+    from importlib import metadata
+
+    code = (
+        "import sys\nfrom aogpt_plugin.cli import main\nmain(['--version'])\n"
+        "print('HEAVY', [m for m in ('torch', 'torchtitan') if m in sys.modules])"
+    )
+    proc = python(code)
+    assert proc.returncode == 0, proc.stderr
+    first, heavy = proc.stdout.strip().splitlines()
+    assert first.startswith(f"aogpt {metadata.version('aogpt')} (torch {metadata.version('torch')}, torchtitan ")
+    assert heavy == "HEAVY []"
+
+
 def test_the_check_can_fail_a_command_that_imports_torch():
     proc = python("import sys\nimport aogpt_plugin.likelihood\nprint('torch' in sys.modules)")
     assert proc.stdout.strip() == "True"

@@ -130,7 +130,7 @@ def test_a_signal_while_writing_is_one_line_and_removes_the_temporary(tmp_path, 
     proc.wait(timeout=60)
     assert proc.returncode == 128 + signum
     name = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C (SIGINT)"
-    assert err.splitlines() == [f"error: stopped by {name}; '{out}' was not written (nothing was left behind)"]
+    assert err.splitlines() == [f"stopped by {name}; '{out}' was not written (nothing was left behind)"]
     assert os.listdir(tmp_path / "out") == []  # no temporary, no lock file
 
 

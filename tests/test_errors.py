@@ -98,8 +98,8 @@ def test_sizes_read_as_df_shows_them():
     "raised, line, status",
     [
         ("ConfigError('training.steps=0 must be >= 1')", "error: training.steps=0 must be >= 1", 2),
-        ("Interrupted(signal.SIGTERM)", "error: stopped by SIGTERM", 143),
-        ("KeyboardInterrupt()", "error: stopped by Ctrl-C (SIGINT)", 130),
+        ("Interrupted(signal.SIGTERM)", "stopped by SIGTERM", 143),
+        ("KeyboardInterrupt()", "stopped by Ctrl-C (SIGINT)", 130),
     ],
 )
 def test_an_entry_we_do_not_own_ends_a_user_error_or_a_stop_in_one_line(raised, line, status):

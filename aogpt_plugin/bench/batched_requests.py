@@ -99,7 +99,7 @@ def run_bench(model, requests: list[dict], sizes: list[int], device, dtype, grap
 
     def sample_all(size: int, subset=None) -> tuple[float, int, dict]:
         seconds, generated, tokens = 0.0, 0, {}
-        for group, samples in sample_batches(model, subset or lines, base, plan, str, size, choices.graphs != "off"):
+        for group, samples in sample_batches(model, subset or lines, base, plan, str, size):
             result = samples.result
             seconds += result.seconds - result.compile_seconds
             for b, line in enumerate(group):
@@ -107,7 +107,7 @@ def run_bench(model, requests: list[dict], sizes: list[int], device, dtype, grap
                 generated += int(result.lengths[b] - result.given[b])
         return seconds, generated, tokens
 
-    static = choices.graphs != "off"
+    static = choices.static_step
     for size in sizes:  # untimed: allocator and kernels; with a static step, every shape it compiles or captures
         sample_all(size, lines if static else lines[:size])
     rounds, by_size = [], {}

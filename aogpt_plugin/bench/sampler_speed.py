@@ -203,7 +203,7 @@ def run_bench(
         return encoder_generate(enc, n, n, batch, seed=1, choices=choices, forwards=timed_forwards)
 
     def ar_run():
-        if graphs != "off":  # the same noise as ar_generate's: the same tokens
+        if choices.static_step:  # the same noise as ar_generate's: the same tokens
             return generate(ar, SampleConfig(steps=n, order="l2r", **common), choices=choices)
         return ar_generate(ar, n, batch, seed=1, backend=backend, linears=linears)
 
@@ -218,7 +218,7 @@ def run_bench(
 
     warm_runs = STEADY_CALL if graphs in ("on", "compile") else 1  # `static` runs every call eagerly
     _log(f"bench sampler: {flavor} n={n} batch={batch} on {device_name(device)}, graphs {graphs}; warm-up")
-    if graphs == "off":
+    if not choices.static_step:
         ao_run(steps[-1])
         ao_run(steps[0])
     else:  # every step shape of every variant compiled and captured before the timed rounds: a shape that
@@ -349,7 +349,7 @@ def run(args) -> int:
         args.graphs, args.backend, args.linears, device, dtype, model_args.head_dim,
         decode_attention=args.decode_attention,
     )  # fmt: skip
-    if args.step_profile is not None and choices.graphs == "off":
+    if args.step_profile is not None and not choices.static_step:
         raise UserError(
             f"--step-profile profiles the static step; --graphs {args.graphs} runs the dynamic sampler on "
             f"{device.type}; allowed with it: on, compile, static"

@@ -20,6 +20,17 @@ def default_data_dir() -> str | None:
     return BESIDE_THE_CHECKOUT if os.path.isdir(BESIDE_THE_CHECKOUT) else None
 
 
+def missing_folder_note() -> str | None:
+    """With no data folder to be found ($AOGPT_DATA_DIR unset, none beside the checkout): what is missing, where
+    it was looked for and how to point elsewhere, for the message of whatever needed it; else None."""
+    if os.environ.get(DATA_DIR_ENV) or os.path.isdir(BESIDE_THE_CHECKOUT):
+        return None
+    return (
+        f"the shared data folder beside the checkout is missing (looked for {BESIDE_THE_CHECKOUT}): put it there, "
+        f"or set {DATA_DIR_ENV} to a data folder"
+    )
+
+
 def use_shared_tiktoken_cache() -> None:
     """With $TIKTOKEN_CACHE_DIR unset, point tiktoken at the data folder's `tiktoken_cache` if it has one
     (GPT-2's BPE offline); a cache the user set is never replaced."""

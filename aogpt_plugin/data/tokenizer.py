@@ -18,7 +18,7 @@ import os
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, UserError
-from .shared_folder import use_shared_tiktoken_cache
+from .shared_folder import missing_folder_note, use_shared_tiktoken_cache
 
 if TYPE_CHECKING:
     import torch
@@ -76,6 +76,12 @@ class TiktokenTokenizer:
             self._enc = tiktoken.get_encoding(name)
         except Exception as e:  # network or cache problems surface here, before any real work
             cache = os.environ.get("TIKTOKEN_CACHE_DIR", "<unset>")
+            missing = missing_folder_note() if cache == "<unset>" else None
+            if missing:  # the likely cause: GPT-2's offline cache is in that folder
+                raise ConfigError(
+                    f"aogpt.tokenizer={name!r} cannot load: {missing} (it holds GPT-2's tiktoken cache), or set "
+                    "TIKTOKEN_CACHE_DIR to a tiktoken cache, or go online"
+                ) from None
             raise ConfigError(
                 f"aogpt.tokenizer={name!r} cannot load ({type(e).__name__}: {str(e).splitlines()[0][:120]}); "
                 f"set TIKTOKEN_CACHE_DIR to a tiktoken cache holding it (now {cache}) or go online"

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..data.manifest import verify_shards
-from ..data.shared_folder import DATA_DIR_ENV, default_data_dir
+from ..data.shared_folder import DATA_DIR_ENV, default_data_dir, missing_folder_note
 from ..data.text_files import iter_documents, list_text_files, prepared_folder
 from ..devices import Reporter, print_json
 from ..errors import UserError, require_at_least
@@ -213,6 +213,9 @@ def _from_hub(bench: Benchmark, split: str, root: Path | None) -> tuple[list[str
     is_url = hub.dataset.startswith("https://")
     host = hub.dataset.split("/")[2] if is_url else "huggingface.co"
     offline_cache = not is_url and os.environ.get("HF_HUB_OFFLINE") == "1"  # the HF cache may still hold it
+    missing = missing_folder_note() if root is None else None
+    if missing and (offline_cache or not _reachable(host)):
+        raise UserError(f"{bench.name} {split}: no local file, and {missing} (or pass --data-dir), or go online")
     if not offline_cache and not _reachable(host):
         raise UserError(
             f"{bench.name} {split}: no local file {wanted} and {host} cannot be reached; "

@@ -70,7 +70,11 @@ def run(args) -> int:
     say(
         f"samples {sample_set.path}: {len(prepared.ids)} samples ({sample_set.tokenizer} tokens); scorer {scorer.name} "
         f"({scorer.kind}{', ' + scorer.weights + ' weights' if scorer.weights else ''}), ids {prepared.mode}, "
-        f"{'all tokens scored (first from [None])' if scorer.kind == 'aogpt' else 'first token of each unscored'}"
+        + (
+            "all tokens scored (the first with no context, from the model's start slot)"
+            if scorer.kind == "aogpt"
+            else "the first token of each not scored (no start token)"
+        )
     )
     sums, counts = nll_per_sample(scorer, prepared.ids, args.batch_size, not args.no_progress and sys.stderr.isatty())
     summary = summarize(sums, counts, prepared.own_tokens)

@@ -16,7 +16,7 @@ the device default auto, the machine's, instead of lm_eval's cuda:0). Any other 
                          order random under order=random), then the continuation's tokens, each
                          scored given the context and the continuation tokens before it in the order.
   loglikelihood_rolling  the estimator of `aogpt eval ppl` on the text's tokens plus EOS, cut into
-                         windows of the model's length: every token scored, the first from [None],
+                         windows of the model's length: every token scored, the first with no context (the start slot),
                          the same orders per (window, draw), so the two agree on the same text.
   generate_until         the sampler (T = tokens to generate): left to right, or any order after the
                          context with order=random; greedy (top-k 1) unless do_sample; stops honoured.

@@ -1,7 +1,7 @@
 """Causal scorers for generation perplexity: an aogpt checkpoint read left to right, or a Hugging Face LM.
 
 They differ in what they can score. An aogpt model has the [None] start slot, so all n tokens of a
-sample are scored, the first from [None]. A Hugging Face causal LM such as GPT-2 has no BOS in use
+sample are scored, the first with no context (read from the start slot). A Hugging Face causal LM such as GPT-2 has no BOS in use
 here (as in the authors' and SEDD's scripts), so it scores the n-1 tokens after the first.
 """
 

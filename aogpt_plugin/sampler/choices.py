@@ -27,8 +27,6 @@ from .options import (
     DecodeAttention,
 )
 
-PARALLEL, SPECULATIVE = "parallel", "speculative"
-
 
 @dataclass(frozen=True)
 class SamplerChoices:
@@ -37,8 +35,13 @@ class SamplerChoices:
     graphs: str  # off (the dynamic sampler) | static | on | compile (graphs.py; `on` only on CUDA)
     backend: str  # sdpa | flex
     linears: str  # aten | onednn
-    sampler: str = PARALLEL  # parallel | speculative
     decode_attention: DecodeAttention | None = None  # the static step's FlexAttention; None: no such step
+
+    @property
+    def static_step(self) -> bool:
+        """Whether each step runs static.py's step at fixed shapes (eager, compiled or replayed), not the
+        dynamic loop: then a run's batch keeps one shape, and the step holds a full-length cache."""
+        return self.graphs != "off"
 
     @property
     def decode_setting(self) -> str | None:
@@ -53,15 +56,13 @@ def resolve_choices(
     device: torch.device | str,
     dtype: torch.dtype,
     head_dim: int | None = None,
-    speculative: bool = False,
     decode_attention: str = "auto",
 ) -> SamplerChoices:
     """The run's choices on `device` for weights of `dtype` (a model with heads of `head_dim`)."""
     mode = resolve_graphs(graphs, device)
     kernel = resolve_linear_kernel(step_linears(graphs, device, backend, linears), device, dtype)
     attention = resolve_backend(backend, device, head_dim)
-    sampler = SPECULATIVE if speculative else PARALLEL
-    return SamplerChoices(mode, attention, kernel, sampler, resolve_decode_attention(decode_attention, attention, mode))
+    return SamplerChoices(mode, attention, kernel, resolve_decode_attention(decode_attention, attention, mode))
 
 
 def check_names(graphs: str, backend: str, linears: str, decode_attention: str = "auto") -> None:

@@ -25,13 +25,31 @@ from ..errors import UserError, flag_name
 from ..orders import READ_ORDERS
 from .options import BACKENDS, COUNTS, SCHEDULES, add_decode_attention_arg, add_graphs_arg
 
+# `aogpt sample`'s defaults without --length/--steps: a first sample a newcomer waits seconds for on a CPU (the API
+# and --requests keep the sampler's own: every position, one step per token)
+FIRST_LOOK_LENGTH, FIRST_LOOK_STEPS = 128, 32
+
 
 def add_to(subparsers) -> None:
     p = subparsers.add_parser("sample", help="generate text from a converted model (any order, KV cache)")
     p.add_argument("--model", required=True, metavar="MODEL_DIR", help="converted model folder (aogpt convert)")
     p.add_argument("--num-samples", type=int, default=None, metavar="B", help="samples in the batch (default 1)")
-    p.add_argument("--length", type=int, default=None, metavar="N", help="tokens per sample (default: all positions)")
-    p.add_argument("--steps", type=int, default=None, metavar="T", help="denoising steps, 1..N (default N)")
+    p.add_argument(
+        "--length",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"tokens per sample (default {FIRST_LOOK_LENGTH}, or the model's positions if fewer; with --requests: all "
+        "positions)",
+    )
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        metavar="T",
+        help=f"denoising steps, 1..N (default {FIRST_LOOK_STEPS}, or one per token to generate if fewer: a first look "
+        "in seconds on a CPU; N for the exact sequential law; with --requests or --speculative: one per token)",
+    )
     p.add_argument("--order", choices=READ_ORDERS, default="random", help="fill order (default random)")
     # --schedule/--counts default to None so that check_sampling_flags sees whether they were given
     p.add_argument("--schedule", choices=SCHEDULES, default=None, help="time grid (default linear)")
@@ -64,6 +82,13 @@ def add_to(subparsers) -> None:
         default=0,
         help="0..2**64-1; sample 0 draws its order, counts and Gumbel noise from SEED, sample i from a mix of SEED "
         "and i: same seed, same samples, in any batch; other seeds, other samples",
+    )
+    p.add_argument(
+        "--show-given",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="mark the given text (--prompt, --infill) as [[given]] in the printed samples (auto: when stdout is a "
+        "terminal; --json keeps the tokens and given_positions)",
     )
     p.add_argument("--backend", choices=BACKENDS, default="auto", help="attention (auto: per device)")
     add_graphs_arg(p)
@@ -108,7 +133,32 @@ def check_args(args, device, dtype):
             tokenizer = config.build_tokenizer(args.model, check_vocab=False)
         return tokenizer.encode(text)
 
-    return config, SampleRequest.from_args(args).plan(config.model_args, encode, device, dtype)
+    request = SampleRequest.from_args(args)
+    if request.length is None:
+        request.length = min(FIRST_LOOK_LENGTH, config.model_args.max_seq_len)
+    plan = request.plan(config.model_args, encode, device, dtype)
+    if request.steps is None and not plan.speculative:  # at most one per token any sample generates
+        to_fill = min(n - len(plan.prompt_of(b)) for b, n in enumerate(plan.config.sample_lengths()))
+        request.steps = min(FIRST_LOOK_STEPS, to_fill)
+        plan = request.plan(config.model_args, encode, device, dtype)
+    return config, plan
+
+
+GIVEN_OPEN, GIVEN_CLOSE = "[[", "]]"
+
+
+def marked_text(tokens: list[int], given: tuple[int, ...], decode) -> str:
+    """A sample's text with each run of given positions in [[ ]], so what was given and what was generated can
+    be told apart: each run is the text its tokens add to the decoded prefix before them (what a tokenizer puts
+    between tokens stays where it was)."""
+    given, out, start, before = set(given), [], 0, ""
+    for end in range(1, len(tokens) + 1):
+        if end == len(tokens) or (end in given) != (start in given):
+            upto = decode(tokens[:end])
+            text = upto[len(before) :] if upto.startswith(before) else decode(tokens[start:end])
+            out.append(f"{GIVEN_OPEN}{text}{GIVEN_CLOSE}" if start in given else text)
+            start, before = end, upto
+    return "".join(out)
 
 
 def check_fits(model_args, plan, device, dtype, flag: str = "--num-samples") -> None:
@@ -122,7 +172,7 @@ def check_fits(model_args, plan, device, dtype, flag: str = "--num-samples") -> 
         return
     sample_config, itemsize = plan.config, dtype.itemsize
     weights = _parameter_bytes(model_args, itemsize)
-    static = plan.choices.graphs != "off"
+    static = plan.choices.static_step
     per_sample = memory_per_sample(model_args, sample_config, plan.fewest_given(), itemsize, plan.draft, static)
     batch = sample_config.num_samples
     if weights + batch * per_sample <= free:
@@ -191,9 +241,11 @@ def run(args) -> int:
         )
         print(json.dumps(out))
         return 0
+    marked = args.show_given == "on" or (args.show_given == "auto" and sys.stdout.isatty())
     for i, text in enumerate(texts):
         print(f"=== sample {i} ===")
-        print(text)
+        given = plan.prompt_of(i).positions
+        print(marked_text(tokens[i], given, tokenizer.decode) if marked and given else text)
     sys.stdout.flush()  # an output that cannot be written (a closed pipe, a full disk) fails here, before the summary
     how = (
         f"speculative (draft {plan.draft}): {speculative['tokens_per_forward']:.2f} tokens per forward, "
@@ -243,7 +295,6 @@ def run_requests(args, device, dtype) -> int:
     from ..errors import Interrupted
     from ..model_dir import load_model_dir, read_config
     from . import Engine
-    from .choices import SPECULATIVE
     from .request import SampleRequest, check_requests, sample_batches, sample_in_slots, token_options
     from .requests_file import OrderedResults, made_from, read_requests
 
@@ -290,9 +341,8 @@ def run_requests(args, device, dtype) -> int:
         bar.update(1)
 
     try:
-        if batch_plan.choices.sampler == SPECULATIVE:  # its rounds: fixed batches (engine.py says why)
-            fixed = batch_plan.choices.graphs != "off"  # the static step keeps one batch shape
-            for group, samples in sample_batches(model_dir.model, todo, base, plan, decode, args.batch_size, fixed):
+        if batch_plan.speculative:  # its rounds: fixed batches (engine.py says why)
+            for group, samples in sample_batches(model_dir.model, todo, base, plan, decode, args.batch_size):
                 result = samples.result
                 for b, request in enumerate(group):
                     add(request, result.sample_tokens(b), samples.texts[b], int(result.given[b]))

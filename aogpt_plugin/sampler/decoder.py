@@ -245,6 +245,13 @@ def decode_model(model: nn.Module, linears: str) -> DecodeView:
     return view
 
 
+def release_decode_state(model: nn.Module) -> bool:
+    """Drop what sampling built for `model` and keeps for the next run: its decode view (the Linear kernels
+    packed for it) and the view's static step (a KV cache over every position, its compiled code and CUDA
+    graphs). The next run builds them again. True if there was something to drop."""
+    return _views.pop(model, None) is not None
+
+
 # ---- the preallocated cache -----------------------------------------------------------------
 class KVCache:
     def __init__(

@@ -118,7 +118,7 @@ class Engine:
         self.waiting: deque[_Row] = deque()
         self.known, self.cache_len, self.pending = (torch.zeros(slots, dtype=torch.long) for _ in range(3))
         self.pending += 1
-        static = choices.graphs != "off"
+        static = choices.static_step
         self._slots = _StaticSlots(model, slots, choices) if static else _DynamicSlots(model, slots, choices)
         self.steps = 0  # steps run
         self.seconds = 0.0  # spent in steps (a compile of the static step included: compile_seconds)

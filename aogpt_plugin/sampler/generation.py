@@ -222,7 +222,7 @@ class _Run:
         synchronize(self.device)
         self.start_time = time.perf_counter()
         c = self.choices
-        if c.graphs != "off":
+        if c.static_step:
             self.static = static_decoder(model, self.batch, c.backend, c.linears, c.graphs, c.decode_attention)
             self.compiled_before = self.static.compile_seconds()
             self.static.start(self.orders, self.given_table, self.given, self.noise_keys, plan)
@@ -274,8 +274,7 @@ def _start(
     device = weight.device
     if choices is None:
         choices = resolve_choices(
-            config.graphs, config.backend, config.linears, device, weight.dtype, args.head_dim, speculative,
-            config.decode_attention,
+            config.graphs, config.backend, config.linears, device, weight.dtype, args.head_dim, config.decode_attention,
         )  # fmt: skip
     n, batch = config.length, config.num_samples
     prompts, lengths = sample_prompts(prompt, batch), config.sample_lengths()
@@ -345,7 +344,7 @@ def generate(
     """
     args = model.model_args
     run, counts = start_parallel(model, config, prompt, order, choices)
-    if run.choices.graphs != "off":
+    if run.choices.static_step:
         return _generate_static(model, config, run, counts, progress, record)
 
     run.start(model)

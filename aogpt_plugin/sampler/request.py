@@ -253,8 +253,7 @@ class SampleRequest:
         prompts = prompts if ragged else prompts[0]
         config.validate(model_args.max_seq_len, prompts, model_args.vocab_size, speculative=draft is not None)
         choices = resolve_choices(
-            config.graphs, config.backend, config.linears, device, dtype, model_args.head_dim, draft is not None,
-            config.decode_attention,
+            config.graphs, config.backend, config.linears, device, dtype, model_args.head_dim, config.decode_attention,
         )  # fmt: skip
         order = None if isinstance(orders, str) else orders
         if order is not None:  # checked here, before any weight is used
@@ -358,6 +357,11 @@ class SamplePlan:
     draft: int | str | None = None
     order: torch.Tensor | list | None = None
 
+    @property
+    def speculative(self) -> bool:
+        """Whether the run is speculative sampling (its draft size set) rather than the parallel sampler."""
+        return self.draft is not None
+
     def prompt_of(self, b: int) -> Prompt:
         """Sample b's given tokens."""
         return self.prompts[b] if isinstance(self.prompts, tuple) else self.prompts
@@ -382,11 +386,10 @@ class Samples:
 def run_plan(model: AOGPT, plan: SamplePlan, decode: Callable[[list[int]], str], progress: bool = False) -> Samples:
     """Sample `plan` with `model` (its weights on the device and dtype it was planned for) and decode every
     row (its own length) with `decode`."""
-    from .choices import SPECULATIVE
     from .generation import generate, speculative_generate
 
     config, choices, speculative = plan.config, plan.choices, {}
-    if choices.sampler == SPECULATIVE:
+    if plan.speculative:
         result, stats = speculative_generate(
             model, config, plan.draft, plan.prompts, order=plan.order, progress=progress, choices=choices
         )
@@ -445,17 +448,21 @@ def sample_batches(
     plan: Callable[[SampleRequest], SamplePlan],
     decode: Callable[[list[int]], str],
     size: int,
-    fixed_shape: bool = False,
 ) -> Iterator[tuple[list[RequestLine], Samples]]:
     """The requests sampled `size` at a time, each batch requests that share their run options (`batches`):
     yields each batch's requests and its Samples, row b of which is the batch's request b. `base`: the
     options the requests leave out (checked first: `check_requests`); `plan`: a request's checked plan.
-    `fixed_shape`: a short batch is padded to `size` with copies of its first request (their results
-    dropped), so a static step keeps one batch shape (its buffers, its graphs)."""
+    Where the plan runs the static step, a short batch is padded to `size` with copies of its first request
+    (their results dropped), so the step keeps one batch shape (its buffers, its graphs)."""
+
+    def planned(rows: list[RequestLine]) -> SamplePlan:
+        return plan(SampleRequest.from_requests([r.seeded(base.seed) for r in rows], **_options(base)))
+
     for group in batches(requests, size):
-        rows = group + [group[0]] * (size - len(group)) if fixed_shape else group
-        batch = SampleRequest.from_requests([r.seeded(base.seed) for r in rows], **_options(base))
-        yield group, run_plan(model, plan(batch), decode)
+        batch = planned(group)
+        if batch.choices.static_step and len(group) < size:
+            batch = planned(group + [group[0]] * (size - len(group)))
+        yield group, run_plan(model, batch, decode)
 
 
 def sample_in_slots(

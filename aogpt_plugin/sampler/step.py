@@ -1,7 +1,8 @@
 """A decode step's formulas, written once: its geometry (`step_geometry`), its draws (`draw_slots`) and
-its cached forward (`forward_slots`). The dynamic loop (generation.py) runs them on host-sized tensors, the host plan
-(static.plan_steps) runs the geometry ahead of a run, and the static step (static.decode_step) runs
-both on the device inside one captured graph; so the three agree by construction.
+its cached forward (`forward_slots`). The dynamic loop (generation.py) runs them on host-sized tensors and the
+static step (static.decode_step) runs them on the device inside one captured graph. The host plan
+(static.plan_steps) is the geometry of every step at once in closed form, held equal to iterating
+`step_geometry` by a test (tests/sampler/test_static.py), not by sharing this code.
 
 Per sample (generation.py's names): `known` tokens are known (u: given + generated), `cache_len`
 slots are encoded (c), `pending` real slots are not (p = u + 1 - c). A step that unmasks b >= 1

@@ -105,7 +105,7 @@ def run(args) -> int:
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype or ("bfloat16" if device.type == "cuda" else "float32"))
     choices = resolve_choices(
-        args.graphs, args.backend, "auto", device, dtype, config.model_args.head_dim, False, args.decode_attention
+        args.graphs, args.backend, "auto", device, dtype, config.model_args.head_dim, args.decode_attention
     )
     model_dir = load_model_dir(args.model, device=device, dtype=dtype, verify=args.verify)
     model = model_dir.model
@@ -173,7 +173,7 @@ def _draining_server_class(uvicorn):
         def _on_signal(self, signum, frame) -> None:
             if self.stopped_by is not None:  # the second: at once
                 line = (
-                    f"error: stopped by {SIGNAL_NAMES.get(signum, signum)} while draining; "
+                    f"stopped by {SIGNAL_NAMES.get(signum, signum)} while draining; "
                     f"{self.state.in_flight} requests in flight were cut"
                 )
                 os.write(2, (line + "\n").encode())

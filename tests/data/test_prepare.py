@@ -286,5 +286,5 @@ def test_ctrl_c_or_sigterm_while_preparing_is_one_line_and_removes_the_temporary
     assert proc.returncode == 128 + signum
     (line,) = [ln for ln in err.splitlines() if ln.startswith(("error", "Traceback"))]
     name = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C (SIGINT)"
-    assert line.startswith(f"error: stopped by {name}; DIR '{out}' was not written (its temporary folder, "), line
+    assert line.startswith(f"stopped by {name}; DIR '{out}' was not written (its temporary folder, "), line
     assert os.listdir(tmp_path) == []

@@ -4,6 +4,7 @@ the checkout; a folder or cache the user names always wins, and without either n
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -55,3 +56,29 @@ def test_a_clean_environment_beside_the_shared_folder_works_offline():
     proc = subprocess.run([sys.executable, "-c", code], cwd="/", env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "274796" in proc.stdout  # wikitext2 test's tokens (docs/evaluation.md, section 7)
+
+
+def test_a_missing_shared_folder_is_named_as_such_by_the_tokenizer_and_the_benchmarks(beside, monkeypatch):
+    """Reported: without ../shared a sample or an evaluation answered with an unset TIKTOKEN_CACHE_DIR or a file
+    that was not there, never with the folder that is missing. Now both name it and where it was looked for;
+    with the folder there, the message is about the file (the check can fail)."""
+    import tiktoken
+
+    from aogpt_plugin.data.tokenizer import load_tokenizer
+    from aogpt_plugin.errors import UserError
+    from aogpt_plugin.eval import benchmarks
+
+    def offline(name):
+        raise ConnectionError("no network")
+
+    monkeypatch.setattr(tiktoken, "get_encoding", offline)
+    monkeypatch.setattr(benchmarks, "_reachable", lambda host: False)
+    missing = f"the shared data folder beside the checkout is missing (looked for {beside}): put it there, or set"
+    with pytest.raises(UserError, match=re.escape(missing)):
+        load_tokenizer("gpt2")
+    with pytest.raises(UserError, match=re.escape(f"wikitext2 test: no local file, and {missing}")):
+        benchmarks.load_documents("wikitext2", "test")
+    beside.mkdir(parents=True)
+    with pytest.raises(UserError, match="TIKTOKEN_CACHE_DIR") as info:
+        load_tokenizer("gpt2")
+    assert "shared data folder" not in str(info.value)

@@ -61,5 +61,5 @@ def test_a_signal_while_training_is_one_line_and_writes_nothing(tmp_path, capsys
     out = tmp_path / "t.json"
     assert main(["tokenizer", "train", str(HELDOUT), str(out), "--vocab-size", "280"]) == 128 + signum
     name = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C (SIGINT)"
-    assert capsys.readouterr().err == f"error: stopped by {name}; OUT '{out}' was not written\n"
+    assert capsys.readouterr().err == f"stopped by {name}; OUT '{out}' was not written\n"
     assert os.listdir(tmp_path) == []

@@ -240,23 +240,23 @@ def test_every_bad_value_is_one_error_naming_its_line_and_field(tmp_path, ao_mod
 
 def test_requests_that_differ_only_in_run_options_go_to_separate_batches_and_keep_their_tokens(ao_model):
     """sample_batches: row b of each batch is its request; a request's tokens are its own whatever the batch
-    size, and a short batch padded to a fixed shape gives its requests the same tokens."""
+    size, and a short batch that the static step pads to its fixed shape gives its requests the same tokens."""
     requests = [
         RequestLine(i, None, fields)
         for i, fields in enumerate(
             [{"prompt": "5 6", "length": 12}, {"length": 9, "seed": 40}, {"top_k": 5}, {"order": "l2r", "length": 7}]
         )
     ]
-    base = SampleRequest(seed=3)
 
-    def tokens_by_request(size, fixed=False):
+    def tokens_by_request(size, graphs="off"):
         out = {}
-        for group, samples in sample_batches(ao_model, requests, base, _plan(ao_model), str, size, fixed):
-            assert samples.tokens.shape[0] == (size if fixed else len(group))
+        base = SampleRequest(seed=3, graphs=graphs)
+        for group, samples in sample_batches(ao_model, requests, base, _plan(ao_model), str, size):
+            assert samples.tokens.shape[0] == (size if graphs == "static" else len(group))  # the static step: padded
             out.update({r.index: samples.result.sample_tokens(b) for b, r in enumerate(group)})
         return out
 
     one = tokens_by_request(1)
-    assert one == tokens_by_request(3) == tokens_by_request(3, fixed=True)
+    assert one == tokens_by_request(3) == tokens_by_request(3, graphs="static")
     assert [len(one[i]) for i in range(4)] == [12, 9, 40, 7] and one[0][:2] == [5, 6]
     assert one[1] != one[0][: len(one[1])]

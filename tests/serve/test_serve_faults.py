@@ -188,6 +188,6 @@ def test_a_second_signal_exits_at_once(long_dir):
     started = time.monotonic()
     code, err = server.stop(signal.SIGTERM)
     assert time.monotonic() - started < 5 and code == 128 + signal.SIGTERM
-    assert err.strip().splitlines()[-1] == "error: stopped by SIGTERM while draining; 1 requests in flight were cut"
+    assert err.strip().splitlines()[-1] == "stopped by SIGTERM while draining; 1 requests in flight were cut"
     thread.join(30)
     assert "error" in result  # its connection was dropped, no answer half-written
