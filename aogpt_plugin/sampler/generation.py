@@ -92,10 +92,7 @@ class SampleConfig:
         backend, linears, graphs and decode_attention are names here (choices.py checks and resolves them)."""
         if self.num_samples < 1:
             raise UserError(f"num_samples={self.num_samples} must be >= 1", "num_samples")
-        if not 1 <= self.length <= max_positions:
-            raise UserError(
-                f"length={self.length} is outside the model's positions; allowed: 1..{max_positions}", "length"
-            )
+        check_length(self.length, max_positions)
         for name, values in (("lengths", self.lengths), ("seeds", self.seeds)):
             if values is not None and len(values) != self.num_samples:
                 raise UserError(
@@ -126,16 +123,19 @@ class SampleConfig:
             prompts, lengths, differ = (prompt or Prompt(),), (self.length,), False
         for b, (n_b, given) in enumerate(zip(lengths, prompts, strict=True)):
             of = f" (sample {b})" if differ else ""
-            if vocab_size is not None:
-                given.validate(n_b, vocab_size)
+            given.validate(n_b, vocab_size, of)
             to_fill = n_b - len(given)
-            if to_fill < 1:
-                raise UserError(f"all {n_b} positions are given{of}; nothing is left to generate")
             if not speculative and self.steps is not None and not 1 <= self.steps <= to_fill:
                 raise UserError(
                     f"steps={self.steps} is outside the allowed range 1..{to_fill} (positions to generate){of}", "steps"
                 )
         return self
+
+
+def check_length(n: int, max_positions: int) -> None:
+    """A sample's length against the model's positions (the request plan checks each sample's, validate the batch's)."""
+    if not 1 <= n <= max_positions:
+        raise UserError(f"length={n} is outside the model's positions; allowed: 1..{max_positions}", "length")
 
 
 @dataclass

@@ -38,7 +38,10 @@ class Prompt:
     def __len__(self) -> int:
         return len(self.positions)
 
-    def validate(self, length: int, vocab_size: int) -> Prompt:
+    def validate(self, length: int, vocab_size: int | None = None, of: str = "") -> Prompt:
+        """The given tokens fit a sample of `length` positions: each position inside it and given once, each id
+        in the vocabulary (unless `vocab_size` is None), and at least one position left to generate. `of` names
+        the sample in a batch whose samples differ (" (sample 3)")."""
         if len(self.positions) != len(self.tokens):
             raise UserError(f"prompt has {len(self.positions)} positions but {len(self.tokens)} tokens")
         seen = set()
@@ -48,9 +51,11 @@ class Prompt:
             if pos in seen:
                 raise UserError(f"position {pos} is given twice; each position may be given once")
             seen.add(pos)
-        for tok in self.tokens:
+        for tok in self.tokens if vocab_size is not None else ():
             if not 0 <= tok < vocab_size:
                 raise UserError(f"token id {tok} is outside the vocabulary; allowed: 0..{vocab_size - 1}")
+        if len(self.tokens) >= length:
+            raise UserError(f"all {length} positions are given{of}; nothing is left to generate")
         return self
 
     def free_positions(self, length: int) -> torch.Tensor:

@@ -211,7 +211,7 @@ class SampleRequest:
         import torch
 
         from .choices import resolve_choices
-        from .generation import SampleConfig
+        from .generation import SampleConfig, check_length
         from .prompt import order_specs, sample_orders, sample_prompts
         from .sampling import SamplingParams
         from .speculative import check_sampling_flags
@@ -222,13 +222,9 @@ class SampleRequest:
         # one length and one prompt for every sample unless a list gives one per sample (made once, not B times)
         ragged = any(self._listed(name) is not None for name in ("prompt", "infill", "length"))
         rows = range(batch if ragged else 1)
-        with about("length"):
-            lengths = tuple(model_args.max_seq_len if n is None else n for n in (self._item("length", b) for b in rows))
-            for n_b in lengths:
-                if not 1 <= n_b <= model_args.max_seq_len:
-                    raise UserError(
-                        f"length={n_b} is outside the model's positions; allowed: 1..{model_args.max_seq_len}"
-                    )
+        lengths = tuple(model_args.max_seq_len if n is None else n for n in (self._item("length", b) for b in rows))
+        for n_b in lengths:
+            check_length(n_b, model_args.max_seq_len)
         prompts = tuple(self._prompt(b, batch, lengths[b], encode, model_args.vocab_size, spell) for b in rows)
         seeds = tuple(self._per_sample("seed", batch)) if isinstance(self.seed, list) else None
         orders = self.order if isinstance(self.order, (str, torch.Tensor)) else self._per_sample("order", batch)
@@ -338,9 +334,7 @@ class SampleRequest:
                     f"{spell('infill')} gives {len(given)} token{'s' * (len(given) > 1)}{of}, up to position {given.positions[-1]}, and "
                     f"length={length} ends at {length - 1}; allowed: spans within 0..{length - 1}, or a longer length"
                 )
-            given.validate(length, vocab_size)
-            if len(given) >= length:
-                raise UserError(f"all {length} positions are given{of}; nothing is left to generate")
+            given.validate(length, vocab_size, of)
         return given
 
 
