@@ -105,7 +105,7 @@ AOGPT_Q=$(printf '%q ' "${AOGPT[@]}")
 # of timeouts (+5 s kill grace each) = 9 minutes at most. CPU: the same commands at tiny sizes.
 COMPILE="--compile${GPU_CHECK_TRAIN_COMPILE:+ $GPU_CHECK_TRAIN_COMPILE}"  # plan B: --compile model
 if [ "$MODE" = gpu ]; then
-    TRAIN_FLAVORS=(small:120 medium:140)
+    TRAIN_FLAVORS=(small:200 medium:140)  # small: both loss paths (the default's decision), twice the variants
     TRAIN_BATCH=16 LARGE_BATCH=64 LARGE_SECONDS=150  # the recipes' micro-batch (8 was host-bound); train_batch: llm.c's for GPT-2 124M
     # a training flag every bench of the check should run with (a loss path, say) goes into TRAIN_SIZE and PROFILE_SIZE
     TRAIN_SIZE="--seq-len 1024 --batch $TRAIN_BATCH --dtype bfloat16 $COMPILE"
@@ -129,7 +129,7 @@ export TORCH_LOGS=${TORCH_LOGS:-graph_breaks}  # a graph break in the compiled s
 if want train_bench training bench; then
     for flavor_seconds in "${TRAIN_FLAVORS[@]}"; do
         flavor=${flavor_seconds%:*}
-        timed "bench_train_$flavor" "${flavor_seconds#*:}" sh -c "$AOGPT_Q bench train --flavor $flavor $TRAIN_SIZE --json > $OUT/bench_train_$flavor.json"
+        timed "bench_train_$flavor" "${flavor_seconds#*:}" sh -c "$AOGPT_Q bench train --flavor $flavor $TRAIN_SIZE --loss-path logits,fused --json > $OUT/bench_train_$flavor.json"
     done
 fi
 # train_batch (in `bench`, not in `training`): the profiled flavor at a larger micro-batch, whether it pays
