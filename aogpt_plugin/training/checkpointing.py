@@ -34,6 +34,7 @@ import os
 import shutil
 import signal
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..checkpoints import (
     has_metadata,
@@ -51,16 +52,19 @@ from ..model import FLAVORS
 from .stop_request import StopRequested
 from .versions import torchtitan_version
 
+if TYPE_CHECKING:
+    from .sections import RunSettings
+
 
 # ---- recorded ----------------------------------------------------------------------------------------
-def run_model_args(settings):
+def run_model_args(settings: RunSettings):
     """The model args a run builds (as torchtitan's Trainer does: the flavor, updated from the settings)."""
     args = dataclasses.replace(FLAVORS[settings.model.flavor])
     args.update_from_config(settings)
     return args
 
 
-def run_record(settings) -> tuple[dict, str | None]:
+def run_record(settings: RunSettings) -> tuple[dict, str | None]:
     """What a step folder records about the run (and the tokenizer.json to copy in, if any)."""
     ao = settings.aogpt
     tokenizer_file = ao.tokenizer if ao.tokenizer.endswith(".json") else None
@@ -82,7 +86,7 @@ def _tokenizer_name(spec: str) -> str:
     return spec if not spec.endswith(".json") else f"{spec} (vocabulary {load_tokenizer(spec).get_vocab_size()})"
 
 
-def check_resume_matches(settings, step_dir: str) -> None:
+def check_resume_matches(settings: RunSettings, step_dir: str) -> None:
     """One ConfigError naming the first setting in which `step_dir` differs from this run's model."""
     saved = read_record(step_dir)
     if saved is None:
@@ -124,7 +128,7 @@ def check_resume_version(step_dir: str, installed: str) -> None:
         )
 
 
-def check_resume_shapes(settings, step_dir: str) -> None:
+def check_resume_shapes(settings: RunSettings, step_dir: str) -> None:
     """For checkpoints without a record: every saved model/EMA tensor has the shape this run builds."""
     import torch
 
@@ -148,7 +152,7 @@ def check_resume_shapes(settings, step_dir: str) -> None:
             )
 
 
-def check_resume(settings, world_size: int) -> None:
+def check_resume(settings: RunSettings, world_size: int) -> None:
     """The checkpoint a run will resume from must fit it: same data-parallel degree (the dataloader
     state is saved per rank) and a full save (the final model-only save cannot be resumed)."""
     ckpt = settings.checkpoint

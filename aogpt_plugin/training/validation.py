@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -34,11 +35,14 @@ from ..errors import ConfigError
 from ..likelihood import nll_sum_and_count, other_context_nlls, token_nlls
 from ..seeding import stream_generator
 
+if TYPE_CHECKING:
+    from .sections import RunSettings
+
 
 class FixedValidation:
     """The (window, order) pairs every validation scores, and their scoring with raw and EMA weights."""
 
-    def __init__(self, settings, dp_rank: int, text_windows: Callable[[], object]):
+    def __init__(self, settings: RunSettings, dp_rank: int, text_windows: Callable[[], object]):
         """`text_windows()`: the validation text packed into windows by torchtitan (not called for the
         synthetic source)."""
         val = settings.validation
@@ -151,7 +155,7 @@ def _log_with_own_throughput(mp, loss: float, step: int, metrics: dict, scored: 
     mp.time_last_log = train_since + (time.perf_counter() - start)
 
 
-def fixed_windows(settings, dp_rank: int, text_windows: Callable[[], object]) -> list[torch.Tensor]:
+def fixed_windows(settings: RunSettings, dp_rank: int, text_windows: Callable[[], object]) -> list[torch.Tensor]:
     """This rank's `validation.steps * local_batch_size` windows: from the synthetic source's own stream
     (never the training one) or the first windows of the validation text."""
     val = settings.validation
