@@ -210,7 +210,7 @@ def _missing_recipe(path: str) -> str:
     shown = {r if here else os.path.join(checkout, r): os.path.basename(r) for r in recipes()}
     near = [] if what == "is a folder" else difflib.get_close_matches(path, list(shown), n=1, cutoff=0.8)
     if not near and what != "is a folder":  # the name misspelt under another folder
-        by_name = difflib.get_close_matches(os.path.basename(path), list(shown.values()), n=1, cutoff=0.6)
+        by_name = difflib.get_close_matches(os.path.basename(path), list(shown.values()), n=1, cutoff=0.8)
         near = [next(r for r, name in shown.items() if name == by_name[0])] if by_name else []
     listed = f"recipes in train_configs/: {recipes_line()}"
     if near:

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 LOCK_FILE = ".aogpt-train.lock"
 TORCHTITAN_HELP = (
-    "loading torchtitan's full help: it imports torch and torchtitan first (about a minute on 2 CPU cores); "
+    "loading torchtitan's full help: it imports torch and torchtitan first (10 s to a minute on 2 CPU cores); "
     "aogpt's own options at once: aogpt train --help"
 )
 
