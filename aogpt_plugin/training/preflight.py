@@ -29,6 +29,7 @@ from ..model.gpt2 import GPT2Weights, check_gpt2_matches, check_start_token, is_
 from .checkpointing import check_resume, resume_notice, resume_step, run_model_args
 from .optimizers import check_ema_compatible, check_optimizer_name
 from .parallelize import check_parallelism
+from .progress import progress_seconds
 from .sections import RunSettings
 
 SYNTHETIC = "synthetic"  # --training.dataset synthetic --training.dataset_path markov:... (data/synthetic.py)
@@ -212,6 +213,7 @@ def check_settings(
     """Every rule above; `datasets` and `converters`: the names the installed torchtitan registered."""
     if settings.model.name != "aogpt":
         return
+    progress_seconds()  # $AOGPT_PROGRESS_SECONDS, read at the first step: a bad value is refused now
     flavor = settings.model.flavor
     if flavor not in FLAVORS:
         raise ConfigError(f"model.flavor={flavor!r} is not an aogpt flavor; allowed: {', '.join(FLAVORS)}")
