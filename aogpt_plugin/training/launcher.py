@@ -250,8 +250,11 @@ class _Launch:
         if self.rank == 0 and any(a in ("-h", "--help") for a in argv):
             print(TORCHTITAN_HELP, file=sys.stderr, flush=True)
 
+        from ..library_noise import quiet_library_noise
         from . import installed_glue, register
+        from .cpu import has_accelerator
 
+        quiet_library_noise(has_accelerator())  # before torchtitan (its float8 converters) imports torchao
         try:
             glue = installed_glue()  # titan022/launch.py or titan03/launch.py, for the installed torchtitan
             glue.enable_cpu()  # on a machine without an accelerator, before torchtitan's trainer is imported
