@@ -23,7 +23,9 @@ Saved (`save_recorded`), for an aogpt run:
 
 Refused (`check_resume`, run by the preflight before any process group): a checkpoint another
 data-parallel degree saved, a model-only final save, a 0.3 checkpoint under 0.2.2, and one whose
-record (or, for older folders, whose tensor shapes) is not the model this run builds. A checkpoint
+record (or, for older folders, whose tensor shapes) is not the model this run builds. A checkpoint at
+or past `training.steps` leaves nothing to train (errors.NothingToDo: one line, exit 0); a resumed run
+opens with `resume_notice`'s line (the checkpoint, and that an `initial_load_path` is not read). A checkpoint
 with NaN/inf weights is refused while it loads (nonfinite.refuse_nonfinite_load).
 """
 

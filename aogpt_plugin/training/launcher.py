@@ -1,20 +1,26 @@
-"""`python -m aogpt_plugin.train --job.config_file train_configs/aogpt_debug.toml` (also under torchrun).
+"""`python -m aogpt_plugin.train --job.config_file train_configs/aogpt_debug.toml` (also under torchrun;
+`aogpt train` runs it too).
 
 With an accelerator this is torchtitan.train after a config check. Without one it first makes
 torchtitan run on the CPU (titan022/launch.py, titan03/cpu.py). The installed torchtitan's glue
 (titan022/launch.py or titan03/launch.py) reads the same recipes and options on both versions.
-Either way, before any process group starts, the job config is parsed and checked (preflight.py)
-and rank 0 takes an exclusive lock on the dump folder, so a second run cannot overwrite this one's
-checkpoints and TensorBoard logs. A bad value, or a
-folder in use, is one `error:` line (printed by rank 0) and exit status 2; a run stopped by the
-step guard (step_guard.py) is one `error:` line naming the step, what was non-finite, the newest
-checkpoint whose weights still gave a normal loss and the command that resumes it, exit status 3.
-SIGTERM or a first Ctrl-C finish the step, save it (checkpointing.py) and exit 128 + the signal
-number with one line naming the checkpoint and the resume command (with checkpointing off: after
-the step, saying nothing was saved); a second Ctrl-C stops at once (exit 130), also in the middle of
-a save, whose partial folder is removed; a signal during start-up stops at once in one line. A full
-disk during a save is one line naming the newest complete checkpoint and its resume command (exit
-2). Without torchtitan installed, one line names the extras to install.
+Before torchtitan is imported, the recipe is checked (config_checks.py: none given prints what to
+give; a missing one is named with the nearest). Before any process group starts, the job config is
+parsed and checked (preflight.py) and rank 0 takes an exclusive lock on the dump folder, so a second
+run cannot overwrite this one's checkpoints and TensorBoard logs. A bad value, or a folder in use, is
+one `error:` line (printed by rank 0) and exit status 2. A run whose checkpoint is at or past
+`training.steps` says in one line that there is nothing to train (exit 0); a resumed run's first line
+names the checkpoint it loads. A run stopped by the step guard (step_guard.py) is one `error:` line
+naming the step, what was non-finite, the newest checkpoint whose weights still gave a normal loss and
+the command that resumes it, exit status 3. SIGTERM or a first Ctrl-C finish the step, save it
+(checkpointing.py) and exit 128 + the signal number with one line, a stop and not an error, naming the
+checkpoint and the resume command (with checkpointing off: after the step, saying nothing was saved); a
+second Ctrl-C stops at once (exit 130), also in the middle of a save, whose partial folder is removed;
+a signal during start-up stops at once in one line. A full disk during a save is one `error:` line
+naming the newest complete checkpoint and its resume command (exit 2). Every resume command is the
+command the run was started with (`program`: `aogpt train` says so through TRAIN_COMMAND_ENV), with
+`--checkpoint.load_step` only when the checkpoint to resume is not the newest. Without torchtitan
+installed, one line names the extras to install.
 Run without torchrun, it is a world of one process. Ranks other than 0 log warnings only, unless
 AOGPT_LOG_ALL_RANKS=1.
 """
