@@ -186,7 +186,7 @@ def test_the_gpt2_blocks_training_run_again_says_it_has_nothing_to_train(tmp_pat
     folder already held step-100; torchtitan resumed it and dropped --checkpoint.initial_load_path with two
     WARNING lines in the INFO flood). In a fresh copy: the block up to its training command, then that command
     again, as a user re-running the block meets it: one line saying there is nothing to train and how to go on,
-    exit 0, nothing built (about 12 min on 2 cores)."""
+    exit 0, nothing built (about 2 min on 2 cores)."""
     clone = tmp_path / "repo"
     shutil.copytree(ROOT, clone, ignore=shutil.ignore_patterns(".git", ".venv*", "outputs", "__pycache__", "*.whl"))
     (tmp_path / "shared").symlink_to(SHARED_DATA.parent)
