@@ -493,3 +493,13 @@ def test_a_missing_shared_data_folder_is_named_as_such_by_training(tmp_path, mon
     with pytest.raises(ConfigError, match="^the shared data folder beside the checkout is missing: looked for ") as e:
         check_settings(run_settings(config), **registered_names())
     assert str(beside) in str(e.value) and "training.dataset_path='../shared/data/train_corpus/" in str(e.value)
+
+
+def test_an_initial_load_0_2_2_would_skip_for_an_incomplete_checkpoint_folder_is_one_line(tmp_path):
+    """torchtitan 0.2.2 reads --checkpoint.initial_load_path only when the checkpoint folder does not exist: with a
+    folder holding no complete checkpoint (a first save killed part-way) it would start from random weights."""
+    (tmp_path / "run" / "checkpoint" / "step-2").mkdir(parents=True)  # no .metadata: not complete
+    args = ["--job.dump_folder", str(tmp_path / "run"), "--checkpoint.initial_load_path", str(tmp_path / "w")]
+    with pytest.raises(ConfigError, match=r"checkpoint.initial_load_path='.*/w' would not be read: '.*/checkpoint' "):
+        check_settings(run_settings(parse_job_config(DEBUG + args)), **registered_names())
+    check_settings(run_settings(parse_job_config(DEBUG + args[:2])), **registered_names())  # no initial load: fine
