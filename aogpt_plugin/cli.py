@@ -329,6 +329,9 @@ def _main(argv: list[str]) -> int:
             print(help_page())
             return 0
         if command == "train":  # the launcher parses its own (torchtitan's) arguments
+            from .train import TRAIN_COMMAND_ENV
+
+            os.environ[TRAIN_COMMAND_ENV] = "aogpt train"  # the resume commands it prints say what the user ran
             os.execv(sys.executable, [sys.executable, "-m", "aogpt_plugin.train", *argv[1:]])
         args = build_parser(command).parse_args(argv)
         code = int(args.run(args) or 0)

@@ -4,8 +4,8 @@ each loading its TOML through the 0.3 glue (training/titan03/recipe.py), so the 
 single source of the values; relative data and tokenizer paths are resolved against the repository
 root, where the recipes name them from. Without an accelerator the function first makes torchtitan
 run on the CPU (training/titan03/cpu.py), so `torchrun -m torchtitan.train --module aogpt_plugin
---config aogpt_debug` trains on a CPU-only machine too. The shared preflight then runs in the
-Trainer, before its process group. Nothing here imports torchtitan itself.
+--config aogpt_debug` trains on a CPU-only machine too. The config it returns hands the Trainer the shared
+preflight (`_preflight` below), which it runs before its process group. Nothing here imports torchtitan itself.
 """
 
 from __future__ import annotations
@@ -19,10 +19,8 @@ RECIPES = os.path.join(ROOT, "train_configs")
 def recipe(name: str):
     """The AOGPTTrainer.Config of train_configs/<name>.toml (`study/ao_random` for a study recipe)."""
     from .errors import exit_in_one_line_on_user_error
-    from .training.preflight import check_settings
     from .training.text_datasets import register_datasets
     from .training.titan03.cpu import enable_cpu
-    from .training.titan03.dataset_names import registered_names
     from .training.titan03.model import model_registry
     from .training.titan03.recipe import load_recipe
     from .training.titan03.trainer import AOGPTTrainer
@@ -32,8 +30,19 @@ def recipe(name: str):
     check_torch_for_titan03()
     enable_cpu()  # without an accelerator: torchtitan on the CPU, as under the launcher
     register_datasets()
-    AOGPTTrainer.preflight = lambda settings, world_size: check_settings(settings, world_size, **registered_names())
-    return load_recipe(os.path.join(RECIPES, f"{name}.toml"), AOGPTTrainer.Config, model_registry, root=ROOT)
+    config = load_recipe(os.path.join(RECIPES, f"{name}.toml"), AOGPTTrainer.Config, model_registry, root=ROOT)
+    config.preflight = _preflight  # no launcher ran the checks: the Trainer runs them, before its process group
+    return config
+
+
+def _preflight(settings, world_size: int) -> None:
+    """The shared checks on the final settings (stock torchtitan applied the command line after `recipe`), and
+    a resumed run's first line; a run with nothing left to train ends there (errors.NothingToDo)."""
+    from .training.preflight import announce_resume, check_settings
+    from .training.titan03.dataset_names import registered_names
+
+    check_settings(settings, world_size, **registered_names())
+    announce_resume(settings)
 
 
 def aogpt_debug():

@@ -32,6 +32,11 @@ class InputError(UserError, ValueError):
     with the same one-line message, and a ValueError, so Python code catches it as it expects."""
 
 
+class NothingToDo(Exception):
+    """A command that finds its work already done (a training run whose checkpoint is at or past its last
+    step): not an error. Its message is the one line to print (no `error:`), and the status is 0."""
+
+
 def flag_name(option: str) -> str:
     """How a command spells an option in its messages: max_chunks -> --max-chunks. The Python API spells it
     as its keyword (the option's own name): one wording, each caller its own spelling."""
@@ -95,9 +100,9 @@ def check_writable(path: str, flag: str, force: bool = False) -> None:
 def exit_in_one_line_on_user_error() -> None:
     """For entry points we do not own (stock `-m torchtitan.train`, which runs our config function,
     tyro's parse of our sections and our Trainer inside its own main): a UserError nobody caught ends
-    as `error: <message>` on rank 0's stderr and exit status 2, and a stop by Ctrl-C or SIGTERM as its
-    one line and 128 + the signal, as our own commands end, not as one traceback per rank. Other
-    exceptions keep the hook that was there."""
+    as `error: <message>` on rank 0's stderr and exit status 2, NothingToDo as its line and status 0, and a
+    stop by Ctrl-C or SIGTERM as its one line and 128 + the signal, as our own commands end, not as one
+    traceback per rank. Other exceptions keep the hook that was there."""
     previous = sys.excepthook
     if getattr(previous, "aogpt_user_errors", False):
         return
@@ -105,6 +110,8 @@ def exit_in_one_line_on_user_error() -> None:
     def hook(kind, value, tb):
         if issubclass(kind, UserError):
             line, status = f"error: {value}", 2  # after an uncaught exception Python would give 1
+        elif issubclass(kind, NothingToDo):
+            line, status = str(value), 0
         elif issubclass(kind, KeyboardInterrupt):
             line, status = interrupted_line(value), exit_status(value)  # a stop, not an error
         else:

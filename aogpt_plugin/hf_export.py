@@ -14,7 +14,8 @@ it like any model folder, and it can be shared on the Hub as MDLM, LLaDA and Dre
 modeling_aogpt.py is generated, not kept by hand: the source files of model/model.py and of the
 package modules it imports (model/args.py, errors.py) are concatenated with their in-package imports
 removed, and a thin `PreTrainedModel` wraps the AOGPT module under `model.` (transformers adds the
-prefix to the folder's unprefixed weight names). The generator refuses, naming file and line, any
+prefix to the folder's unprefixed weight names). library_noise.py comes along: the wrapper drops the
+known harmless lines of torchao (which transformers imports) before its own transformers import. The generator refuses, naming file and line, any
 import that is not torch or the standard library, so the exported code never needs aogpt or torchtitan.
 Only `AutoModel` is mapped, not `AutoModelForCausalLM`: slot j of an AO-GPT scores the token at
 position order[j] from the tokens at order[:j] (slot 0 holds the [None] start), whereas a causal LM's
@@ -40,7 +41,8 @@ if TYPE_CHECKING:  # torch and the model folder load only when an export runs (f
     from .model_dir import ModelDirConfig
 
 PACKAGE = "aogpt_plugin"
-MODEL_MODULES = ("aogpt_plugin.model.args", "aogpt_plugin.model.model")  # and what they import in the package
+# the model (and what it imports in the package), and the known library noise, dropped before transformers' import
+MODEL_MODULES = ("aogpt_plugin.model.args", "aogpt_plugin.model.model", "aogpt_plugin.library_noise")
 # Members left out of the export, with why: each reaches outside the exported code.
 TRAINING_ONLY = {
     "aogpt_plugin.model.args": {
@@ -205,6 +207,8 @@ _WRAPPER = '''
 import dataclasses as _dataclasses
 
 import torch
+
+quiet_library_noise(torch.cuda.is_available())  # what importing transformers prints that says nothing (torchao)
 
 from transformers import PreTrainedModel
 from transformers.utils import ModelOutput

@@ -163,12 +163,14 @@ def rows(tmp: Path) -> list[tuple[str, str, str, str]]:
         + wait_then % ("term", "TERM", "term"),
         lambda: finite_steps(tmp / "term" / "checkpoint"),
         display=f"{long_run} --job.dump_folder D & sleep 30; kill -TERM $!",
+        show="stopped",
     )
     add(
         "Ctrl-C in the middle of a run",
         f"{long_run} --job.dump_folder {{tmp}}/int > {{tmp}}/int.log 2>&1 & P=$!; " + wait_then % ("int", "INT", "int"),
         lambda: finite_steps(tmp / "int" / "checkpoint"),
         display=f"{long_run} --job.dump_folder D, then Ctrl-C",
+        show="stopped",
     )
 
     def full_disk():
@@ -202,6 +204,7 @@ def rows(tmp: Path) -> list[tuple[str, str, str, str]]:
         "done; kill -TERM $P; wait $P; S=$?; cat {tmp}/startup.log; exit $S",
         lambda: f"checkpoint folder: {(tmp / 'startup' / 'checkpoint').exists()}",
         display=f"{long_run} --job.dump_folder D & kill -TERM $! (once its handlers are in)",
+        show="stopped",
     )
     add(
         "SIGTERM with checkpointing off (`--checkpoint.no-enable`)",
@@ -209,6 +212,7 @@ def rows(tmp: Path) -> list[tuple[str, str, str, str]]:
         + wait_then % ("off", "TERM", "off"),
         lambda: f"checkpoint folder: {(tmp / 'off' / 'checkpoint').exists()}",
         display=f"{long_run} --checkpoint.no-enable --job.dump_folder D & sleep 30; kill -TERM $!",
+        show="stopped",
     )
     slow_save = f"python tests/helpers/slow_save_train.py 2 0.05 {TRAIN.split(' ', 3)[3]} {SMALL} --training.steps 400 --checkpoint.interval 2 --metrics.log_freq 1"
     add(
@@ -220,6 +224,7 @@ def rows(tmp: Path) -> list[tuple[str, str, str, str]]:
         lambda: finite_steps(tmp / "cc" / "checkpoint"),
         display=f"{long_run} --checkpoint.interval 2 --job.dump_folder D, then Ctrl-C after step 3 and again while "
         "its checkpoint is written (tests/helpers/slow_save_train.py slows the write down)",
+        show="stopped",
     )
     run(f"{TRAIN} --job.dump_folder {tmp}/other {SMALL} --training.steps 2 --checkpoint.interval 2", ROOT)
     for override in ("--model.flavor tiny", "--aogpt.conditioning concat", "--aogpt.tokenizer symbols:100"):
@@ -277,6 +282,22 @@ def rows(tmp: Path) -> list[tuple[str, str, str, str]]:
         lambda: finite_steps(tmp / "killed" / "checkpoint"),
         setup=killed_save,
         show="Loading the checkpoint from",
+    )
+
+    add(
+        "the same command again after the run finished (its checkpoint is at training.steps)",
+        f"{TRAIN} --job.dump_folder {{tmp}}/done {SMALL} > /dev/null 2>&1; {TRAIN} --job.dump_folder {{tmp}}/done {SMALL}",
+        lambda: finite_steps(tmp / "done" / "checkpoint"),
+        display=f"{TRAIN} --job.dump_folder D {SMALL}, twice",
+        show="nothing to train",
+    )
+    add(
+        "`--checkpoint.initial_load_path` given to a run whose dump folder holds a checkpoint",
+        f"{TRAIN} --job.dump_folder {{tmp}}/done {SMALL} --training.steps 5 --checkpoint.initial_load_path {{tmp}}/w",
+        lambda: finite_steps(tmp / "done" / "checkpoint"),
+        display=f"(D holds step-4) {TRAIN} --job.dump_folder D {SMALL} --training.steps 5 "
+        "--checkpoint.initial_load_path D/w",
+        show="resuming",
     )
 
     # ---- training: bad input, caught before any process group -------------------------------
@@ -337,6 +358,26 @@ def rows(tmp: Path) -> list[tuple[str, str, str, str]]:
         "a dump folder whose `checkpoint` is a file",
         f"{TRAIN} --job.dump_folder {{tmp}}/ckfile {SMALL}",
         lambda: f"kept: {(tmp / 'ckfile' / 'checkpoint').read_text()!r}",
+    )
+    add(
+        "a typo in the recipe path",
+        f"{TRAIN.replace('aogpt_debug', 'aogpt_dbug')} --job.dump_folder {{tmp}}/x",
+        nothing_written(tmp / "x"),
+    )
+    add("`aogpt train` with no arguments", "aogpt train", show="usage: ")
+
+    def no_shared_folder():  # a checkout with nothing beside it: its package and recipes, linked
+        (tmp / "alone" / "repo").mkdir(parents=True)
+        for name in ("aogpt_plugin", "train_configs"):
+            (tmp / "alone" / "repo" / name).symlink_to(ROOT / name)
+
+    add(
+        "a checkout without the shared data folder beside it (`../shared/data`)",
+        f"cd {{tmp}}/alone/repo && {TRAIN} --job.dump_folder {{tmp}}/x",
+        nothing_written(tmp / "x"),
+        setup=no_shared_folder,
+        env={"PYTHONPATH": str(tmp / "alone" / "repo")},
+        display=f"(a checkout with no ../shared beside it) {TRAIN} --job.dump_folder D/x",
     )
     add(
         "a second `--job.config_file`",

@@ -4,7 +4,8 @@
     python scripts/import_levels.py --module-level  # only imports at the top of each file
 
 Reads the source with `ast` (nothing is imported). A level is one module; package `__init__.py`
-files count as files but not as levels, since `from .x import y` passes through them.
+files count as files but not as levels, since `from .x import y` passes through them. Imports under
+`if TYPE_CHECKING:` are not counted: they name types for annotations and never run.
 """
 
 from __future__ import annotations
@@ -26,10 +27,34 @@ def module_files(package: Path) -> dict[str, Path]:
     return out
 
 
+def _is_type_checking(node: ast.AST) -> bool:
+    """`if TYPE_CHECKING:` or `if typing.TYPE_CHECKING:`."""
+    test = getattr(node, "test", None) if isinstance(node, ast.If) else None
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _run_nodes(tree: ast.Module, module_level: bool) -> list[ast.AST]:
+    """The nodes that run: every node, or with `module_level` the top-level statements, less the bodies
+    of `if TYPE_CHECKING:` blocks (their `else` runs)."""
+    if module_level:
+        return list(tree.body)
+    out, todo = [], [tree]
+    while todo:
+        node = todo.pop()
+        out.append(node)
+        if _is_type_checking(node):
+            todo += [node.test, *node.orelse]
+        else:
+            todo += ast.iter_child_nodes(node)
+    return out
+
+
 def imported_modules(name: str, path: Path, modules: dict[str, Path], module_level: bool) -> set[str]:
-    """The package's modules that `name` imports (relative and absolute)."""
+    """The package's modules that `name` imports (relative and absolute); not those under `if TYPE_CHECKING:`."""
     tree = ast.parse(path.read_text())
-    nodes = tree.body if module_level else list(ast.walk(tree))
+    nodes = _run_nodes(tree, module_level)
     here = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     found = set()
     for node in nodes:

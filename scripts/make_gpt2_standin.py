@@ -97,6 +97,10 @@ def main(argv=None) -> int:
         return 2
     os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(ROOT.parent / "shared" / "data" / "tiktoken_cache"))
     import torch
+
+    from aogpt_plugin.library_noise import quiet_library_noise
+
+    quiet_library_noise(torch.cuda.is_available())  # before transformers imports torchao
     import transformers
 
     transformers.utils.logging.set_verbosity_error()

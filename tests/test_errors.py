@@ -100,13 +100,15 @@ def test_sizes_read_as_df_shows_them():
         ("ConfigError('training.steps=0 must be >= 1')", "error: training.steps=0 must be >= 1", 2),
         ("Interrupted(signal.SIGTERM)", "stopped by SIGTERM", 143),
         ("KeyboardInterrupt()", "stopped by Ctrl-C (SIGINT)", 130),
+        ("NothingToDo('nothing to train: ...')", "nothing to train: ...", 0),
     ],
 )
 def test_an_entry_we_do_not_own_ends_a_user_error_or_a_stop_in_one_line(raised, line, status):
-    """Stock `-m torchtitan.train` (whose main we do not own) ends as our commands do; a signal too."""
+    """Stock `-m torchtitan.train` (whose main we do not own) ends as our commands do; a signal too (a stop, not
+    an `error:`), and a run with nothing to do exits 0 with its line."""
     script = (
         "import signal\n"
-        "from aogpt_plugin.errors import ConfigError, Interrupted, exit_in_one_line_on_user_error\n"
+        "from aogpt_plugin.errors import ConfigError, Interrupted, NothingToDo, exit_in_one_line_on_user_error\n"
         "exit_in_one_line_on_user_error()\n"
         f"raise {raised}\n"
     )

@@ -258,3 +258,29 @@ def test_force_replaces_an_exported_folder_and_a_checkpoint_exports_too(folders,
     loaded = load_model_dir(str(tmp_path / "hf")).model.state_dict()
     assert all(torch.equal(v, loaded[k]) for k, v in model.state_dict().items())
     assert (tmp_path / "hf" / "vocab.json").exists()
+
+
+LOAD_QUIETLY = """
+import sys, torch
+from transformers import AutoModel
+model = AutoModel.from_pretrained(sys.argv[1], trust_remote_code=True, dtype=torch.float32)
+ids = torch.zeros(1, 4, dtype=torch.long)
+print("logits", tuple(model(ids).logits.shape), flush=True)
+model(ids, attention_mask=torch.tensor([[1, 1, 0, 0]]))  # padding: the model's own error must still show
+"""
+
+
+def test_loading_an_exported_folder_prints_no_library_noise_and_still_its_own_errors(folders, tmp_path):
+    """Reported: torchao's `Failed to load ..._C_mxfp8....so` and torch's `_pytree` Enum deprecations when
+    transformers loaded an exported folder (its generated code now drops them before importing transformers)."""
+    import subprocess
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error", "OMP_NUM_THREADS": "1"}
+    env["HF_MODULES_CACHE"] = str(tmp_path / "hf_modules")  # the generated code as exported, not a cached copy
+    proc = subprocess.run(
+        [sys.executable, "-I", "-c", LOAD_QUIETLY, folders["adaln"][2]],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.stdout.startswith("logits (1, 4, "), proc.stderr[-3000:]
+    assert proc.returncode == 1 and "ValueError: AOGPTModel reads no padding" in proc.stderr
+    assert "Failed to load" not in proc.stderr and "is an Enum subclass" not in proc.stderr, proc.stderr[:3000]

@@ -169,3 +169,48 @@ def test_the_demo_then_every_later_block_runs_pasted_into_a_clean_shell(tmp_path
         assert proc.returncode == 0, f"block failed:\n{body}\n{proc.stderr[-3000:]}"
         assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert (clone / "outputs" / "aogpt_tiny_from_gpt2_model" / "config.json").exists()
+
+
+def gpt2_block() -> tuple[list[str], int]:
+    """The README's GPT-2 block ("Start from a checkpoint or from GPT-2") as shell lines (continued lines
+    joined), and the index of its training command."""
+    (body,) = [body for lang, body in later_blocks() if lang == "bash" and "make_gpt2_standin.py" in body]
+    lines = [line for line in body.replace("\\\n", " ").splitlines() if line.strip()]
+    (train,) = [i for i, line in enumerate(lines) if "aogpt_plugin.train" in line or line.startswith("aogpt train")]
+    return lines, train
+
+
+@pytest.mark.slow
+def test_the_gpt2_blocks_training_run_again_says_it_has_nothing_to_train(tmp_path):
+    """Reported: re-running the README's GPT-2 block trained 0 steps and said "Training completed" (its dump
+    folder already held step-100; torchtitan resumed it and dropped --checkpoint.initial_load_path with two
+    WARNING lines in the INFO flood). In a fresh copy: the block up to its training command, then that command
+    again, as a user re-running the block meets it: one line saying there is nothing to train and how to go on,
+    exit 0, nothing built (about 2 min on 2 cores)."""
+    clone = tmp_path / "repo"
+    shutil.copytree(ROOT, clone, ignore=shutil.ignore_patterns(".git", ".venv*", "outputs", "__pycache__", "*.whl"))
+    (tmp_path / "shared").symlink_to(SHARED_DATA.parent)
+    (clone / ".venv" / "bin").mkdir(parents=True)
+    (clone / ".venv" / "bin" / "activate").write_text(f". {Path(sys.executable).parent / 'activate'}\n")
+    clean = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": os.environ.get("HOME", str(tmp_path))}
+
+    def run(script: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["env", "-i", *(f"{k}={v}" for k, v in clean.items()), "bash", "-euo", "pipefail", "-c", script],
+            cwd=clone, capture_output=True, text=True, timeout=3600,
+        )  # fmt: skip
+
+    lines, train = gpt2_block()
+    first = run("\n".join([ACTIVATE, *lines[: train + 1]]))
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "Training completed" in first.stdout + first.stderr  # the first time it trains
+    again = run(f"{ACTIVATE}\n{lines[train]}")
+    assert again.returncode == 0, again.stderr[-3000:]
+    (line,) = again.stderr.splitlines()
+    assert re.fullmatch(
+        r"nothing to train: \./outputs/aogpt_tiny_from_gpt2/checkpoint/step-100 is a complete checkpoint of step 100 "
+        r"and training\.steps is 100; train further with --training\.steps N \(N > 100\), or start afresh with "
+        r"another --job\.dump_folder",
+        line,
+    ), line
+    assert again.stdout == ""

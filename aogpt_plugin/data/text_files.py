@@ -3,6 +3,8 @@
 Kept free of torchtitan so the evaluator can reuse it. In .txt files, documents are separated by
 blank lines (the OpenWebText-sample layout). A folder written by `aogpt data prepare` (it holds an
 aogpt-data.json) stands for the shards its manifest lists, checked to be all there (data/manifest.py).
+A path under the recipes' `../shared/data` whose folder is missing is named as the missing shared data
+folder, with where it was looked for.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Iterator
 
 from ..errors import ConfigError
 from .manifest import MANIFEST, prepared_files
+from .shared_folder import BESIDE_THE_CHECKOUT
 
 TEXT_SUFFIXES = (".jsonl", ".json", ".txt")
 
@@ -34,9 +37,11 @@ def list_text_files(path: str, key: str = "training.dataset_path") -> list[str]:
     if path and glob.has_magic(path):
         files = sorted(f for f in glob.glob(path, recursive=True) if os.path.isfile(f) and not _is_manifest(f))
         if not files:
+            _refuse_missing_shared_folder(path, key)
             raise ConfigError(f"{key}={path!r} matches no files; give a .jsonl/.json/.txt file, folder or pattern")
         return _checked(files, path, key)
     if not path or not os.path.exists(path):
+        _refuse_missing_shared_folder(path, key)
         raise ConfigError(f"{key}={path!r} does not exist; give a .jsonl/.json/.txt file or a folder of them")
     if os.path.isfile(path):
         files = [path]
@@ -48,6 +53,31 @@ def list_text_files(path: str, key: str = "training.dataset_path") -> list[str]:
             if f.endswith(TEXT_SUFFIXES) and f != MANIFEST
         )
     return _checked(files, path, key)
+
+
+def _refuse_missing_shared_folder(path: str, key: str) -> None:
+    """When `path` names nothing because the recipes' shared data folder (`../shared/data`) is not there,
+    say so, with where it was looked for, rather than that a pattern matched no files."""
+    if not path or os.path.normpath(path).split(os.sep)[:3] != ["..", "shared", "data"]:
+        return
+    looked = os.path.realpath(os.path.join("..", "shared", "data"))
+    if os.path.isdir(looked):
+        return  # the folder is there: the file or pattern under it is what is wrong
+    yours = f"or point {key} at your own .jsonl/.json/.txt files"
+    if looked == os.path.realpath(BESIDE_THE_CHECKOUT):
+        raise ConfigError(
+            f"the shared data folder beside the checkout is missing: looked for {looked} ({key}={path!r} reads "
+            f"it); put the data there (README), {yours}"
+        )
+    beside = (
+        f"it is there, {BESIDE_THE_CHECKOUT}"
+        if os.path.isdir(BESIDE_THE_CHECKOUT)
+        else f"it is missing there too: looked for {BESIDE_THE_CHECKOUT}"
+    )
+    raise ConfigError(
+        f"{key}={path!r} reads the shared data folder beside the checkout, from the working folder "
+        f"{os.getcwd()}, where it is not ({looked}); run from the checkout ({beside}), {yours}"
+    )
 
 
 def _is_manifest(path: str) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import UserError
+from ..library_noise import quiet_library_noise
 from ..likelihood import token_nlls
 
 HF_PREFIX = "hf:"
@@ -129,12 +130,9 @@ def hf_config_positions(spec: str, flag: str) -> int:
 
 
 def import_transformers(spec: str, flag: str = "--scorer"):
-    import logging
-
     # transformers imports torchao when present, which logs its optional CUDA kernels' absence and
     # torch's pytree deprecations: nothing a user of a CPU or a GPT-2 baseline can act on
-    for name in ("torchao", "torch.utils._pytree"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+    quiet_library_noise(torch.cuda.is_available())
     try:
         import transformers
     except ImportError:

@@ -22,6 +22,8 @@ dataloader around these.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch.distributed.checkpoint.stateful import Stateful
 from torch.utils.data import IterableDataset
@@ -29,6 +31,9 @@ from torch.utils.data import IterableDataset
 from ..data.synthetic import MarkovSource
 from ..orders import L2RCurriculum, OrderSampler
 from ..seeding import stream_generator
+
+if TYPE_CHECKING:
+    from .sections import RunSettings
 
 
 class OrderedTextDataset(IterableDataset, Stateful):
@@ -116,7 +121,7 @@ class SyntheticWindows(IterableDataset, Stateful):
 L2R_SHARE = "aogpt/l2r_share"  # the metric (TensorBoard tag) of the curriculum's share
 
 
-def curriculum_from_config(settings, dp_world_size: int) -> L2RCurriculum:
+def curriculum_from_config(settings: RunSettings, dp_world_size: int) -> L2RCurriculum:
     """`[aogpt]`'s curriculum, with the sequences one rank draws per optimizer step (micro-batches included:
     training.global_batch_size split over the data-parallel ranks)."""
     ao, training = settings.aogpt, settings.training
@@ -124,13 +129,15 @@ def curriculum_from_config(settings, dp_world_size: int) -> L2RCurriculum:
     return L2RCurriculum(ao.l2r_curriculum_steps, ao.l2r_curriculum, per_step or training.local_batch_size)
 
 
-def order_sampler_of(settings, dp_world_size: int = 1) -> OrderSampler:
+def order_sampler_of(settings: RunSettings, dp_world_size: int = 1) -> OrderSampler:
     ao = settings.aogpt
     curriculum = curriculum_from_config(settings, dp_world_size)
     return OrderSampler(ao.order, settings.training.seq_len, ao.p_l2r, ao.order_seed, curriculum)
 
 
-def ordered_windows(base, settings, dp_rank: int, infinite: bool = True, dp_world_size: int = 1) -> OrderedTextDataset:
+def ordered_windows(
+    base, settings: RunSettings, dp_rank: int, infinite: bool = True, dp_world_size: int = 1
+) -> OrderedTextDataset:
     """`base`'s windows in the orders of `[aogpt]`, shuffled through `shuffle_windows` when infinite.
     `settings`: the run's settings (sections.RunSettings)."""
     ao = settings.aogpt
@@ -139,7 +146,7 @@ def ordered_windows(base, settings, dp_rank: int, infinite: bool = True, dp_worl
     return OrderedTextDataset(base, sampler, dp_rank, shuffle_windows, ao.order_seed, ao.loss_path == "fused")
 
 
-def log_l2r_share(metrics_processor, settings) -> None:
+def log_l2r_share(metrics_processor, settings: RunSettings) -> None:
     """Under a curriculum, every training metrics line (console aside: TensorBoard, W&B) also carries the share
     of left-to-right orders its step's batches were drawn with (`aogpt/l2r_share`): torchtitan's
     MetricsProcessor.log(step, loss, max_loss, grad_norm, extra_metrics=...) on both versions, wrapped."""

@@ -23,7 +23,9 @@ Saved (`save_recorded`), for an aogpt run:
 
 Refused (`check_resume`, run by the preflight before any process group): a checkpoint another
 data-parallel degree saved, a model-only final save, a 0.3 checkpoint under 0.2.2, and one whose
-record (or, for older folders, whose tensor shapes) is not the model this run builds. A checkpoint
+record (or, for older folders, whose tensor shapes) is not the model this run builds. A checkpoint at
+or past `training.steps` leaves nothing to train (errors.NothingToDo: one line, exit 0); a resumed run
+opens with `resume_notice`'s line (the checkpoint, and that an `initial_load_path` is not read). A checkpoint
 with NaN/inf weights is refused while it loads (nonfinite.refuse_nonfinite_load).
 """
 
@@ -34,6 +36,7 @@ import os
 import shutil
 import signal
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..checkpoints import (
     has_metadata,
@@ -46,21 +49,33 @@ from ..checkpoints import (
 )
 from ..data.manifest import file_sha256
 from ..data.tokenizer import load_tokenizer, same_tokenizer
-from ..errors import ConfigError, DiskFullError, Interrupted, disk_full_reason, folder_bytes, interruption, space_note
+from ..errors import (
+    ConfigError,
+    DiskFullError,
+    Interrupted,
+    NothingToDo,
+    disk_full_reason,
+    folder_bytes,
+    interruption,
+    space_note,
+)
 from ..model import FLAVORS
 from .stop_request import StopRequested
 from .versions import torchtitan_version
 
+if TYPE_CHECKING:
+    from .sections import RunSettings
+
 
 # ---- recorded ----------------------------------------------------------------------------------------
-def run_model_args(settings):
+def run_model_args(settings: RunSettings):
     """The model args a run builds (as torchtitan's Trainer does: the flavor, updated from the settings)."""
     args = dataclasses.replace(FLAVORS[settings.model.flavor])
     args.update_from_config(settings)
     return args
 
 
-def run_record(settings) -> tuple[dict, str | None]:
+def run_record(settings: RunSettings) -> tuple[dict, str | None]:
     """What a step folder records about the run (and the tokenizer.json to copy in, if any)."""
     ao = settings.aogpt
     tokenizer_file = ao.tokenizer if ao.tokenizer.endswith(".json") else None
@@ -82,7 +97,7 @@ def _tokenizer_name(spec: str) -> str:
     return spec if not spec.endswith(".json") else f"{spec} (vocabulary {load_tokenizer(spec).get_vocab_size()})"
 
 
-def check_resume_matches(settings, step_dir: str) -> None:
+def check_resume_matches(settings: RunSettings, step_dir: str) -> None:
     """One ConfigError naming the first setting in which `step_dir` differs from this run's model."""
     saved = read_record(step_dir)
     if saved is None:
@@ -124,7 +139,7 @@ def check_resume_version(step_dir: str, installed: str) -> None:
         )
 
 
-def check_resume_shapes(settings, step_dir: str) -> None:
+def check_resume_shapes(settings: RunSettings, step_dir: str) -> None:
     """For checkpoints without a record: every saved model/EMA tensor has the shape this run builds."""
     import torch
 
@@ -148,23 +163,41 @@ def check_resume_shapes(settings, step_dir: str) -> None:
             )
 
 
-def check_resume(settings, world_size: int) -> None:
+def resume_step(settings: RunSettings) -> int | None:
+    """The step a run loads from its dump folder, as torchtitan picks it: `checkpoint.load_step`, else the
+    newest complete step; None for a fresh start (checkpointing off, or no complete checkpoint)."""
+    ckpt = settings.checkpoint
+    if not ckpt.enable:
+        return None
+    folder = os.path.join(settings.job.dump_folder, ckpt.folder)
+    return ckpt.load_step if ckpt.load_step != -1 else newest_complete_step(folder)
+
+
+def check_resume(settings: RunSettings, world_size: int) -> None:
     """The checkpoint a run will resume from must fit it: same data-parallel degree (the dataloader
-    state is saved per rank) and a full save (the final model-only save cannot be resumed)."""
+    state is saved per rank) and a full save (the final model-only save cannot be resumed). A checkpoint
+    at or past `training.steps` leaves nothing to train: NothingToDo, whose line says how to go on."""
     ckpt = settings.checkpoint
     if not ckpt.enable:
         return
     folder = os.path.join(settings.job.dump_folder, ckpt.folder)
-    step = ckpt.load_step if ckpt.load_step != -1 else newest_complete_step(folder)
+    step = resume_step(settings)
     if step is None or not os.path.isdir(folder):
         if ckpt.load_step != -1:
             raise ConfigError(f"checkpoint.load_step={ckpt.load_step}: {folder!r} holds no checkpoints")
+        _check_initial_load_is_read(settings, folder)
         return
     step_dir = os.path.join(folder, f"step-{step}")
     if not has_metadata(step_dir):
         raise ConfigError(
             f"checkpoint.load_step={step}: {step_dir!r} is not a complete checkpoint; "
             f"complete steps: {[s for s in step_folders(folder) if has_metadata(os.path.join(folder, f'step-{s}'))]}"
+        )
+    steps = settings.training.steps
+    if step >= steps:
+        raise NothingToDo(
+            f"nothing to train: {step_dir} is a complete checkpoint of step {step} and training.steps is {steps}; "
+            f"train further with --training.steps N (N > {step}), or start afresh with another --job.dump_folder"
         )
     saved = saved_world(step_dir)
     fresh = "use a fresh --job.dump_folder to start a new run"
@@ -191,15 +224,46 @@ def check_resume(settings, world_size: int) -> None:
             check_resume_shapes(settings, step_dir)
 
 
+def _check_initial_load_is_read(settings: RunSettings, folder: str) -> None:
+    """torchtitan 0.2.2 reads `initial_load_path` only when the checkpoint folder does not exist: a folder
+    without a complete checkpoint (a first save killed part-way) would make it start from random weights."""
+    ckpt = settings.checkpoint
+    if not ckpt.initial_load_path or not os.path.isdir(folder) or torchtitan_version().startswith("0.3"):
+        return
+    raise ConfigError(
+        f"checkpoint.initial_load_path={ckpt.initial_load_path!r} would not be read: {folder!r} exists and holds no "
+        "complete checkpoint, and torchtitan 0.2.2 then starts from random weights; remove that folder, or use "
+        "another --job.dump_folder"
+    )
+
+
+def resume_notice(settings: RunSettings) -> str | None:
+    """The line a resumed run opens with: the checkpoint it loads and, when one is given, that
+    `initial_load_path` is not read (torchtitan reads it only into a dump folder without a checkpoint)."""
+    step = resume_step(settings)
+    if step is None:
+        return None
+    ckpt = settings.checkpoint
+    step_dir = os.path.join(settings.job.dump_folder, ckpt.folder, f"step-{step}")
+    which = "--checkpoint.load_step" if ckpt.load_step != -1 else "the newest complete checkpoint"
+    line = f"resuming {step_dir} ({which}) to train up to step {settings.training.steps}"
+    if ckpt.initial_load_path:
+        line += (
+            f"; --checkpoint.initial_load_path {ckpt.initial_load_path} is not read (a run resumes its dump folder's "
+            "checkpoint; to start from it, use another --job.dump_folder)"
+        )
+    return line
+
+
 # ---- saved ---------------------------------------------------------------------------------------------
 class CheckpointDiskFullError(DiskFullError):
-    """Saving `step_dir` into `folder` ran out of space; `newest` is the newest complete step (or None),
-    which the launcher turns into the resume command. `_disk_full` recognises the full disk
+    """Saving `step_dir` into `folder` ran out of space; `newest` is the newest complete step of `folder` (or
+    None), which the launcher turns into the resume command. `_disk_full` recognises the full disk
     (errors.disk_full_reason: ENOSPC anywhere in DCP's CheckpointException, or torch's zip writer's
     `unexpected pos` on a filesystem with less room than a checkpoint takes)."""
 
     def __init__(self, reason: str, step_dir: str, partial_removed: bool, needed: int | None, folder: str, newest):
-        self.newest = newest
+        self.folder, self.newest = folder, newest
         size = space_note(folder, needed, "a checkpoint of this run takes")
         kept = (
             f"the newest complete checkpoint is {folder}/step-{newest} and nothing older was deleted"

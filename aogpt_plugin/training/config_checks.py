@@ -3,11 +3,14 @@
 torchtitan stops at the first unknown key and names a Python class; its CLI library names no unknown
 option in its one-line summary and checks no TOML value's type. These checks name every unknown key
 and option (with the nearest valid one) and every wrong type, in one line each. No torchtitan import:
-they read dataclasses only.
+they read dataclasses only. The recipe itself (`--job.config_file`: given once, a file, else the nearest
+recipe of train_configs/) is checked before torchtitan is imported, in a second.
 """
 
 import dataclasses
 import difflib
+import glob
+import os
 import types
 import typing
 
@@ -148,15 +151,71 @@ def config_files(argv: list[str]) -> list[str]:
     return given
 
 
-def check_one_config_file(argv: list[str]) -> None:
-    """One recipe per run: torchtitan reads the first `--job.config_file` and would ignore a second
-    without a word (a run with settings nobody asked for)."""
+RECIPES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "train_configs")
+FIRST_RECIPE = "train_configs/aogpt_debug.toml"  # the example every message gives: a CPU run of a few minutes
+
+
+def recipes() -> list[str]:
+    """The recipes of train_configs/ (study/ included), as a command line names them from the checkout."""
+    found = sorted(glob.glob(os.path.join(RECIPES, "**", "*.toml"), recursive=True))
+    return [os.path.relpath(f, os.path.dirname(RECIPES)) for f in found]
+
+
+def recipes_line() -> str:
+    """`aogpt_debug.toml, ...; train_configs/study/ holds 22 more (docs/findings.md)`."""
+    names = [r for r in recipes() if os.path.dirname(r) == "train_configs"]
+    if not names:
+        return "(train_configs/ is in the repository, beside the package)"
+    study = len(recipes()) - len(names)
+    more = f"; train_configs/study/ holds {study} more (docs/findings.md)" if study else ""
+    return ", ".join(os.path.basename(r) for r in names) + more
+
+
+def usage(program: str) -> str:
+    """What `aogpt train` with no arguments prints: what to give, the recipes, one example."""
+    return "\n".join(
+        [
+            f"usage: {program} --job.config_file RECIPE.toml [--SECTION.KEY VALUE ...]",
+            f"recipes in train_configs/: {recipes_line()}",
+            f"example (a few minutes on a CPU): {program} --job.config_file {FIRST_RECIPE}",
+            "aogpt train --help: the entry points and aogpt's own keys; docs/training.md: every key",
+        ]
+    )
+
+
+def check_config_file(argv: list[str], program: str) -> None:
+    """One recipe per run, and one that exists, checked before torchtitan is imported. torchtitan reads the
+    first `--job.config_file` and would ignore a second without a word (a run with settings nobody asked
+    for); a missing file is named with the nearest recipe of train_configs/."""
     given = config_files(argv)
     if len(given) > 1:
         raise ConfigError(
             f"--job.config_file is given {len(given)} times ({', '.join(map(repr, given))}); a run reads one recipe: "
             "give one and change its values with --section.key options"
         )
+    if not given and not any(a in ("-h", "--help") for a in argv):
+        raise ConfigError(
+            f"--job.config_file RECIPE.toml is required; recipes in train_configs/: {recipes_line()}; "
+            f"e.g. {program} --job.config_file {FIRST_RECIPE}"
+        )
+    if given and not os.path.isfile(given[0]):
+        raise ConfigError(_missing_recipe(given[0]))
+
+
+def _missing_recipe(path: str) -> str:
+    """The line for a recipe path that is no file: the nearest recipe (as this working folder reaches it)."""
+    what = "is a folder" if os.path.isdir(path) else "does not exist"
+    checkout = os.path.dirname(RECIPES)
+    here = os.path.realpath(os.getcwd()) == os.path.realpath(checkout)
+    shown = {r if here else os.path.join(checkout, r): os.path.basename(r) for r in recipes()}
+    near = [] if what == "is a folder" else difflib.get_close_matches(path, list(shown), n=1, cutoff=0.8)
+    if not near and what != "is a folder":  # the name misspelt under another folder
+        by_name = difflib.get_close_matches(os.path.basename(path), list(shown.values()), n=1, cutoff=0.8)
+        near = [next(r for r, name in shown.items() if name == by_name[0])] if by_name else []
+    listed = f"recipes in train_configs/: {recipes_line()}"
+    if near:
+        return f"--job.config_file {path!r} {what}; did you mean {near[0]}? {listed}"
+    return f"--job.config_file {path!r} {what}; {listed}"
 
 
 def check_cli_args(config_cls, argv: list[str]) -> None:

@@ -11,6 +11,8 @@ import logging
 import re
 import warnings
 
+from ..library_noise import quiet_library_noise
+
 # Warnings every aogpt run printed on every rank that say nothing about it (message, why harmless).
 KNOWN_HARMLESS_WARNINGS = (
     ("'set_vital' is deprecated", "torchdata's dataloader calls a deprecated torch API; nothing to act on"),
@@ -36,17 +38,13 @@ def quiet_known_warnings() -> None:
         )
 
 
-class _KnownNoise(logging.Filter):
-    """Drops log lines every run printed that say nothing about it, and makes torchtitan's
-    "Building <model> <flavor>with {<a JSON dump>}" one line."""
-
-    def __init__(self, drop: tuple[str, ...]) -> None:
-        super().__init__()
-        self.drop = drop
+class _TorchtitanNoise(logging.Filter):
+    """Drops torchtitan's version line (it explains its own 0.0.0 fallback), and makes its "Building <model>
+    <flavor>with {<a JSON dump>}" one line."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         msg = record.msg if isinstance(record.msg, str) else ""
-        if any(part in msg for part in self.drop):
+        if "torchtitan version: " in msg:
             return False
         built = re.fullmatch(r"Building (.+?) ?with (\{.*\})", msg, re.DOTALL)
         if built:
@@ -60,20 +58,12 @@ class _KnownNoise(logging.Filter):
 
 
 def quiet_known_noise(accelerator: bool) -> None:
-    """torchtitan's version line (it explains its own 0.0.0 fallback), and what importing torchao
-    (float8 converters) logs: torch's pytree deprecation of its Enum registration and, on a CPU, the
-    absence of its CUDA kernels and of triton (idempotent)."""
-    cpu_only = () if accelerator else ("Failed to load", "Detected no triton")
-    loggers = {
-        "": ("torchtitan version: ",),  # torchtitan logs through the root logger
-        "torchao": cpu_only,
-        "torchao.kernel.intmm": cpu_only,
-        "torch.utils._pytree": ("is an Enum subclass and is now natively supported by torch.compile",),
-    }
-    for name, drop in loggers.items():
-        log = logging.getLogger(name)
-        if drop and not any(isinstance(f, _KnownNoise) for f in log.filters):
-            log.addFilter(_KnownNoise(drop))
+    """torchtitan's own noise (it logs through the root logger), and what importing torchao (float8
+    converters) logs (../library_noise.py) (idempotent)."""
+    quiet_library_noise(accelerator)
+    root = logging.getLogger()
+    if not any(isinstance(f, _TorchtitanNoise) for f in root.filters):
+        root.addFilter(_TorchtitanNoise())
 
 
 _BOX = re.compile(r"[│╭╮╰╯─]+")

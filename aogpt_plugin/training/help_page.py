@@ -9,13 +9,11 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
-import os
 
 from ..errors import ConfigError
+from .config_checks import recipes_line
 from .sections import AOGPT, EMA
 from .versions import check_torchtitan_installed, torchtitan_version
-
-RECIPES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "train_configs")
 
 
 def field_docs(cls) -> dict[str, str]:
@@ -42,17 +40,6 @@ def _keys(cls) -> list[str]:
     return [f"  {key:{width}s}  {text}" for key, text in rows]
 
 
-def _recipes() -> list[str]:
-    if not os.path.isdir(RECIPES):
-        return ["  (train_configs/ is in the repository, beside the package)"]
-    names = sorted(f for f in os.listdir(RECIPES) if f.endswith(".toml"))
-    study = os.path.join(RECIPES, "study")
-    more = (
-        f"; train_configs/study/ holds {len(os.listdir(study))} more (docs/findings.md)" if os.path.isdir(study) else ""
-    )
-    return ["  " + ", ".join(names) + more]
-
-
 def help_page() -> str:
     """The page; without torchtitan it says how to install it first (training needs it, the page does not)."""
     missing = []
@@ -75,7 +62,7 @@ def help_page() -> str:
         "  torchrun -m torchtitan.train --module aogpt_plugin --config aogpt_debug  stock torchtitan 0.3 (a config per recipe)",
         "",
         "recipes (train_configs/):",
-        *_recipes(),
+        "  " + recipes_line(),
         "",
         "[aogpt] (the any-order options) and [ema] (the average of the weights), as TOML keys with their defaults;",
         "on the command line --aogpt.p-l2r 0.5 (hyphens), booleans --ema.enable / --ema.no-enable:",

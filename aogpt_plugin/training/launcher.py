@@ -1,20 +1,26 @@
-"""`python -m aogpt_plugin.train --job.config_file train_configs/aogpt_debug.toml` (also under torchrun).
+"""`python -m aogpt_plugin.train --job.config_file train_configs/aogpt_debug.toml` (also under torchrun;
+`aogpt train` runs it too).
 
 With an accelerator this is torchtitan.train after a config check. Without one it first makes
 torchtitan run on the CPU (titan022/launch.py, titan03/cpu.py). The installed torchtitan's glue
 (titan022/launch.py or titan03/launch.py) reads the same recipes and options on both versions.
-Either way, before any process group starts, the job config is parsed and checked (preflight.py)
-and rank 0 takes an exclusive lock on the dump folder, so a second run cannot overwrite this one's
-checkpoints and TensorBoard logs. A bad value, or a
-folder in use, is one `error:` line (printed by rank 0) and exit status 2; a run stopped by the
-step guard (step_guard.py) is one `error:` line naming the step, what was non-finite, the newest
-checkpoint whose weights still gave a normal loss and the command that resumes it, exit status 3.
-SIGTERM or a first Ctrl-C finish the step, save it (checkpointing.py) and exit 128 + the signal
-number with one line naming the checkpoint and the resume command (with checkpointing off: after
-the step, saying nothing was saved); a second Ctrl-C stops at once (exit 130), also in the middle of
-a save, whose partial folder is removed; a signal during start-up stops at once in one line. A full
-disk during a save is one line naming the newest complete checkpoint and its resume command (exit
-2). Without torchtitan installed, one line names the extras to install.
+Before torchtitan is imported, the recipe is checked (config_checks.py: none given prints what to
+give; a missing one is named with the nearest). Before any process group starts, the job config is
+parsed and checked (preflight.py) and rank 0 takes an exclusive lock on the dump folder, so a second
+run cannot overwrite this one's checkpoints and TensorBoard logs. A bad value, or a folder in use, is
+one `error:` line (printed by rank 0) and exit status 2. A run whose checkpoint is at or past
+`training.steps` says in one line that there is nothing to train (exit 0); a resumed run's first line
+names the checkpoint it loads. A run stopped by the step guard (step_guard.py) is one `error:` line
+naming the step, what was non-finite, the newest checkpoint whose weights still gave a normal loss and
+the command that resumes it, exit status 3. SIGTERM or a first Ctrl-C finish the step, save it
+(checkpointing.py) and exit 128 + the signal number with one line, a stop and not an error, naming the
+checkpoint and the resume command (with checkpointing off: after the step, saying nothing was saved); a
+second Ctrl-C stops at once (exit 130), also in the middle of a save, whose partial folder is removed;
+a signal during start-up stops at once in one line. A full disk during a save is one `error:` line
+naming the newest complete checkpoint and its resume command (exit 2). Every resume command is the
+command the run was started with (`program`: `aogpt train` says so through TRAIN_COMMAND_ENV), with
+`--checkpoint.load_step` only when the checkpoint to resume is not the newest. Without torchtitan
+installed, one line names the extras to install.
 Run without torchrun, it is a world of one process. Ranks other than 0 log warnings only, unless
 AOGPT_LOG_ALL_RANKS=1.
 """
@@ -29,12 +35,17 @@ import socket
 import sys
 from typing import TYPE_CHECKING
 
-from ..errors import UserError
+from ..errors import NothingToDo, UserError
+from ..train import TRAIN_COMMAND_ENV
 
 if TYPE_CHECKING:
     from .sections import RunSettings
 
 LOCK_FILE = ".aogpt-train.lock"
+TORCHTITAN_HELP = (
+    "loading torchtitan's full help: it imports torch and torchtitan first (10 s to a minute on 2 CPU cores); "
+    "aogpt's own options at once: aogpt train --help"
+)
 
 
 def default_to_one_process() -> None:
@@ -71,10 +82,10 @@ def hold_dump_folder(folder: str):
     return f
 
 
-def command_line(argv: list[str], world_size: int, **options) -> str:
-    """This run's command line with `options` ({"checkpoint.load_step": 4}) set, replacing earlier
-    choices of the same keys."""
-    keys = {"__" + k for k in options}
+def command_line(argv: list[str], world_size: int, drop: tuple[str, ...] = (), **options) -> str:
+    """This run's command line, as it was started (`program`), with `options` ({"optimizer.lr": 1e-4}) set
+    and the keys in `drop` left out, replacing earlier choices of the same keys."""
+    keys = {"__" + k.replace("-", "_") for k in (*options, *drop)}
     kept, skip = [], False
     for arg in argv:
         if skip:
@@ -86,28 +97,35 @@ def command_line(argv: list[str], world_size: int, **options) -> str:
             continue
         kept.append(arg)
     tail = [x for k, v in options.items() for x in (f"--{k}", v if isinstance(v, str) else f"{v:g}")]
-    return f"{launcher(world_size)} aogpt_plugin.train {shlex.join(kept + tail)}"
+    return f"{program(world_size)} {shlex.join(kept + tail)}"
 
 
-def launcher(world_size: int, env: dict[str, str] | None = None) -> str:
-    """How this run was started, from torchrun's variables: one process, one node, or several nodes
-    (then the line is run on every node, with the rendezvous this run used; under SLURM: the same sbatch)."""
+def program(world_size: int, env: dict[str, str] | None = None) -> str:
+    """How this run was started, from torchrun's variables and the one `aogpt train` sets (TRAIN_COMMAND_ENV):
+    one process (`aogpt train` or `python -m aogpt_plugin.train`), one node, or several nodes (then the line
+    is run on every node, with the rendezvous this run used; under SLURM: the same sbatch)."""
     env = os.environ if env is None else env
     if world_size == 1:
-        return "python -m"
+        return env.get(TRAIN_COMMAND_ENV) or "python -m aogpt_plugin.train"
     local = int(env.get("LOCAL_WORLD_SIZE", world_size))
     if local >= world_size:
-        return f"torchrun --nproc_per_node={world_size} -m"
+        return f"torchrun --nproc_per_node={world_size} -m aogpt_plugin.train"
     host, port = env.get("MASTER_ADDR", "HOST"), env.get("MASTER_PORT", "29500")
     return (
         f"torchrun --nnodes={world_size // local} --nproc_per_node={local} --rdzv_backend c10d "
-        f"--rdzv_endpoint {host}:{port} -m"
+        f"--rdzv_endpoint {host}:{port} -m aogpt_plugin.train"
     )
 
 
-def resume_command(argv: list[str], step: int, lr: float, world_size: int) -> str:
-    """This run's command line, resuming `step` with learning rate `lr` (older choices of both dropped)."""
-    return command_line(argv, world_size, **{"checkpoint.load_step": step, "optimizer.lr": lr})
+def resume_command(argv: list[str], world_size: int, folder: str, step: int, **options) -> str:
+    """The command that resumes checkpoint `step` of `folder` (with `options` set): the run's own command
+    when `step` is the newest complete checkpoint, which the same command loads (a `--checkpoint.load_step`
+    it gave is dropped), else with `--checkpoint.load_step step`."""
+    from ..checkpoints import newest_complete_step
+
+    if newest_complete_step(folder) == step:
+        return command_line(argv, world_size, drop=("checkpoint.load_step",), **options)
+    return command_line(argv, world_size, **{"checkpoint.load_step": step, **options})
 
 
 def _complete_steps(folder: str) -> list[int]:
@@ -135,7 +153,7 @@ def stopped_message(error, settings: RunSettings, argv: list[str], world_size: i
             else "no checkpoint is on disk"
         )
         return f"{error}. {why}: start again with a lower learning rate in a fresh folder: {command}"
-    command = resume_command(argv, good, lr, world_size)
+    command = resume_command(argv, world_size, folder, good, **{"optimizer.lr": lr})
     return (
         f"{error}. The newest checkpoint whose weights still gave a normal training loss is {folder}/step-{good} "
         f"(complete steps: {', '.join(map(str, complete))}); resume it with a lower learning rate: {command}"
@@ -143,12 +161,13 @@ def stopped_message(error, settings: RunSettings, argv: list[str], world_size: i
 
 
 def stop_request_message(stop, argv: list[str], world_size: int) -> str:
+    """The line of a stop that saved (SIGTERM, a first Ctrl-C): a stop, not an error."""
     if stop.step_dir is None:  # checkpointing off
         return (
             f"{stop}; checkpointing is off (checkpoint.enable=false), so nothing was saved: a new run starts "
             "from step 1 (turn checkpointing on with --checkpoint.enable to resume after a stop)"
         )
-    command = command_line(argv, world_size, **{"checkpoint.load_step": stop.step})
+    command = resume_command(argv, world_size, os.path.dirname(stop.step_dir), stop.step)
     return f"{stop}: {stop.step_dir} is a complete checkpoint; resume with: {command}"
 
 
@@ -165,7 +184,7 @@ def interrupted_message(error, settings: RunSettings | None, argv: list[str], wo
     newest = newest_complete_step(folder) if settings.checkpoint.enable else None
     if newest is None:
         return f"{how}; no checkpoint is on disk"
-    command = command_line(argv, world_size, **{"checkpoint.load_step": newest})
+    command = resume_command(argv, world_size, folder, newest)
     return f"{how}; the newest complete checkpoint is {folder}/step-{newest}; resume with: {command}"
 
 
@@ -173,8 +192,7 @@ def disk_full_message(error, argv: list[str], world_size: int) -> str:
     """The full disk's line, with the command that resumes the newest complete checkpoint once there is room."""
     if error.newest is None:
         return f"{error}; free space and run the same command again (it starts from step 1)"
-    command = command_line(argv, world_size, **{"checkpoint.load_step": error.newest})
-    return f"{error}; free space, then resume with: {command}"
+    return f"{error}; free space, then resume with: {resume_command(argv, world_size, error.folder, error.newest)}"
 
 
 def forget_elastic_traceback() -> None:
@@ -200,7 +218,7 @@ def main() -> int:
     except KeyboardInterrupt as e:  # a signal before the optimizers exist, or a second Ctrl-C
         forget_elastic_traceback()
         message = interrupted_message(e, launch.settings, argv, world_size)
-        return launch.fail(message, exit_status(e))
+        return launch.say(message, exit_status(e))  # a stop, not an error
     except BrokenPipeError:  # `--help | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
@@ -213,25 +231,36 @@ class _Launch:
         self.argv, self.rank, self.world_size = argv, rank, world_size
         self.settings: RunSettings | None = None  # the run's settings, once parsed
 
-    def fail(self, message: str, code: int) -> int:
+    def say(self, line: str, code: int) -> int:
+        """The run's last line (rank 0) and its exit status: a stop, or nothing to do."""
         if self.rank == 0:
-            print(f"error: {message}", file=sys.stderr, flush=True)
+            print(line, file=sys.stderr, flush=True)
         return code
 
+    def fail(self, message: str, code: int) -> int:
+        return self.say(f"error: {message}", code)
+
     def start(self) -> int:
-        from .config_checks import check_one_config_file
+        from .config_checks import check_config_file, usage
         from .versions import TORCHTITAN_MISSING, check_torch_for_titan03, check_torchtitan_installed
 
         argv, world_size = self.argv, self.world_size
+        if not argv:  # what to give, not torchtitan's complaint about a missing section
+            return self.say(usage(program(world_size)), 2)
         try:
-            check_one_config_file(argv)
+            check_config_file(argv, program(world_size))  # before torchtitan's import: a typo answered at once
             check_torchtitan_installed()
             check_torch_for_titan03()
         except UserError as e:
             return self.fail(str(e), 2)
+        if self.rank == 0 and any(a in ("-h", "--help") for a in argv):
+            print(TORCHTITAN_HELP, file=sys.stderr, flush=True)
 
+        from ..library_noise import quiet_library_noise
         from . import installed_glue, register
+        from .cpu import has_accelerator
 
+        quiet_library_noise(has_accelerator())  # before torchtitan (its float8 converters) imports torchao
         try:
             glue = installed_glue()  # titan022/launch.py or titan03/launch.py, for the installed torchtitan
             glue.enable_cpu()  # on a machine without an accelerator, before torchtitan's trainer is imported
@@ -240,7 +269,7 @@ class _Launch:
                 raise
             return self.fail(TORCHTITAN_MISSING, 2)
         from .checkpointing import CheckpointDiskFullError
-        from .preflight import check_settings
+        from .preflight import announce_resume, check_settings
         from .step_guard import NonFiniteStepError
         from .stop_request import StopRequested
 
@@ -249,9 +278,12 @@ class _Launch:
             config, settings = glue.parse_command_line(argv)  # the version's config and the run's settings, built once
             check_settings(settings, world_size, **glue.registered_names())
             lock = hold_dump_folder(settings.job.dump_folder) if self.rank == 0 else None  # noqa: F841 - held
+        except NothingToDo as e:  # the checkpoint is at or past training.steps
+            return self.say(str(e), 0)
         except UserError as e:
             return self.fail(str(e), 2)
         self.settings = settings
+        announce_resume(settings)
 
         run_trainer = glue.trainer_for(self.rank, config)
         try:
@@ -259,9 +291,9 @@ class _Launch:
         except NonFiniteStepError as e:
             forget_elastic_traceback()
             return self.fail(stopped_message(e, settings, argv, world_size), 3)
-        except StopRequested as e:
+        except StopRequested as e:  # a stop the user asked for: its line is no error
             forget_elastic_traceback()
-            return self.fail(stop_request_message(e, argv, world_size), 128 + e.signum)
+            return self.say(stop_request_message(e, argv, world_size), 128 + e.signum)
         except CheckpointDiskFullError as e:
             forget_elastic_traceback()
             return self.fail(disk_full_message(e, argv, world_size), 2)

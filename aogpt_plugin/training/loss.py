@@ -10,9 +10,14 @@ with the loss, cross_entropy.py).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from ..cross_entropy import ao_cross_entropy
+
+if TYPE_CHECKING:
+    from .sections import RunSettings
 
 
 def ao_loss_sum(ao):
@@ -40,7 +45,7 @@ def _summed_by_the_model(pred: torch.Tensor, labels: torch.Tensor) -> torch.Tens
     return pred
 
 
-def recorded_loss(settings, guard):
+def recorded_loss(settings: RunSettings, guard):
     """The run's training loss on torchtitan 0.2.2 (titan022/spec.py's `build_loss_fn`), for the run's
     `settings` (sections.RunSettings): `ao_loss_sum` of its loss path,
     compiled when `[compile] components` names the loss, every microbatch recorded by `guard` (the

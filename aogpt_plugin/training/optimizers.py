@@ -7,7 +7,8 @@ the step guard and the EMA on the optimizer's step hooks, and the configured lea
   containers are torch Optimizers): before every step the guard (step_guard.py) checks the step's loss
   and gradients on every rank, after it the new weights, then the model's EMA (`model.ema`, attached
   by parallelize.py) is updated, all on the device: the hooks read nothing on the host but at the
-  guard's reading steps (a bad step raises NonFiniteStepError there, and before any checkpoint).
+  guard's reading steps (a bad step raises NonFiniteStepError there, and before any checkpoint). After
+  the update, a progress line when ~10 s have passed since the last (progress.py: the host's clock only).
   The hooks are registered when the container is built, so they run before any hook torchtitan's
   Trainer registers afterwards (the float8 amax/scale precompute).
 * The EMA starts at the weights the optimizer starts from: torchtitan builds the optimizers right
@@ -23,6 +24,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import ConfigError
+from .progress import Progress
 
 OPTIMIZERS = {"Adam": torch.optim.Adam, "AdamW": torch.optim.AdamW}
 
@@ -83,10 +85,14 @@ def hook_guard_and_emas(container: torch.optim.Optimizer, count_steps, params, g
     for ema in emas:
         ema.reset()
     step_in_flight: list[int | None] = [None]  # counted on the host: AdamW's own count may live on the device
+    progress: list[Progress | None] = [None]  # a line every ~10 s: step i/N, steps/s, the time left
 
     def before_step(optimizer, args, kwargs) -> None:
         # the count is read once, at the first step (after a resumed checkpoint has loaded)
-        step_in_flight[0] = (count_steps() if step_in_flight[0] is None else step_in_flight[0]) + 1
+        first = step_in_flight[0] is None
+        step_in_flight[0] = (count_steps() if first else step_in_flight[0]) + 1
+        if first and guard is not None and guard.last_step is not None:  # the run's last step, set by the loss
+            progress[0] = Progress("step", guard.last_step, "steps", done=step_in_flight[0] - 1)
         if guard is not None:
             guard.check_before_step(params, step_in_flight[0])
 
@@ -95,6 +101,8 @@ def hook_guard_and_emas(container: torch.optim.Optimizer, count_steps, params, g
             guard.check_after_step(params, step_in_flight[0])
         for ema in emas:
             ema.update()
+        if progress[0] is not None:
+            progress[0].update(step_in_flight[0])
 
     container.register_step_pre_hook(before_step)
     container.register_step_post_hook(after_step)

@@ -6,7 +6,9 @@ the version knows (its registered datasets and model converters) is handed in by
 (`registered_names()` of titan022/launch.py or titan03/launch.py). Every failure is a ConfigError with one line: the key, the bad value, and what is allowed. What is
 caught here would otherwise fail after the process group starts, on every rank, with a traceback:
 unsupported parallelism, impossible sizes and rates, unknown optimizers and converters, unreadable or
-empty data files, and a resume that cannot match its checkpoint (checkpointing.check_resume). Wrong
+empty data files, and a resume that cannot match its checkpoint (checkpointing.check_resume). A run whose
+checkpoint is at or past its last step has nothing to train (NothingToDo: one line, status 0); a resumed run
+says which checkpoint it loads, in one line (printed by rank 0) before torchtitan's own log. Wrong
 TOML types are refused while the glue parses (titan022/config_parser.py, titan03/recipe.py).
 """
 
@@ -24,9 +26,10 @@ from ..errors import ConfigError, kind_of
 from ..model import FLAVORS
 from ..model.args import check_positions
 from ..model.gpt2 import GPT2Weights, check_gpt2_matches, check_start_token, is_gpt2_folder, read_gpt2_folder
-from .checkpointing import check_resume, run_model_args
+from .checkpointing import check_resume, resume_notice, resume_step, run_model_args
 from .optimizers import check_ema_compatible, check_optimizer_name
 from .parallelize import check_parallelism
+from .progress import progress_seconds
 from .sections import RunSettings
 
 SYNTHETIC = "synthetic"  # --training.dataset synthetic --training.dataset_path markov:... (data/synthetic.py)
@@ -182,8 +185,8 @@ def _check_initial_load(settings: RunSettings, tokenizer) -> None:
             "checkpoint.initial_load_in_hf=true is read only with checkpoint.enable=true (torchtitan loads nothing "
             "otherwise and the run would start from random weights); allowed: checkpoint.enable=true"
         )
-    if os.path.exists(os.path.join(settings.job.dump_folder, ckpt.folder)):
-        return  # torchtitan resumes from the checkpoint folder and reads no initial weights
+    if resume_step(settings) is not None:
+        return  # torchtitan resumes from the checkpoint folder and reads no initial weights (resume_notice says so)
     if not ckpt.initial_load_model_only:
         raise ConfigError(
             "checkpoint.initial_load_model_only=false is not allowed with checkpoint.initial_load_in_hf=true "
@@ -210,6 +213,7 @@ def check_settings(
     """Every rule above; `datasets` and `converters`: the names the installed torchtitan registered."""
     if settings.model.name != "aogpt":
         return
+    progress_seconds()  # $AOGPT_PROGRESS_SECONDS, read at the first step: a bad value is refused now
     flavor = settings.model.flavor
     if flavor not in FLAVORS:
         raise ConfigError(f"model.flavor={flavor!r} is not an aogpt flavor; allowed: {', '.join(FLAVORS)}")
@@ -233,5 +237,13 @@ def check_settings(
                     f"{section}.dataset_path={sec.dataset_path!r} draws {spec.vocab} symbols but aogpt.tokenizer="
                     f"{settings.aogpt.tokenizer!r} has {tokenizer.get_vocab_size()}; allowed: symbols:{spec.vocab}"
                 )
-    check_resume(settings, world_size)
+    check_resume(settings, world_size)  # a run with nothing left to train stops here, in one line
     _check_initial_load(settings, tokenizer)
+
+
+def announce_resume(settings: RunSettings) -> None:
+    """A resumed run's first line (rank 0), before torchtitan's log: the checkpoint it loads, and that an
+    `initial_load_path` it was given is not read."""
+    notice = resume_notice(settings)
+    if notice:
+        _say(notice)

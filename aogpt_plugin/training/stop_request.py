@@ -2,9 +2,10 @@
 finish the step it is in, write a complete checkpoint and exit; a second Ctrl-C stops at once.
 
 The signal only sets a flag. The step guard (step_guard.py) all-reduces it with its own flags before
-every optimizer step, so every rank agrees on the step to stop after; the checkpoint save
-(checkpointing.py) then saves that step and raises StopRequested, which the launcher turns into
-one line naming the checkpoint and the command that resumes it. With checkpointing off the same
+every optimizer step, on the device, and every rank takes the stop at the guard's next read (a logging
+step or a save; a single process after the step it is in), so all agree on the step to stop after; the
+checkpoint save (checkpointing.py) then saves that step and raises StopRequested, which the launcher
+turns into one line, a stop and not an error, naming the checkpoint and the command that resumes it. With checkpointing off the same
 stop comes after the step with nothing saved. Before the optimizers exist (start-up), SIGTERM and
 Ctrl-C stop at once (errors.stop_at_once_on_signals, installed first thing by the launcher).
 """

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -33,12 +34,16 @@ from ..data.synthetic import MarkovSource, MarkovSpec
 from ..errors import ConfigError
 from ..likelihood import nll_sum_and_count, other_context_nlls, token_nlls
 from ..seeding import stream_generator
+from .progress import Progress
+
+if TYPE_CHECKING:
+    from .sections import RunSettings
 
 
 class FixedValidation:
     """The (window, order) pairs every validation scores, and their scoring with raw and EMA weights."""
 
-    def __init__(self, settings, dp_rank: int, text_windows: Callable[[], object]):
+    def __init__(self, settings: RunSettings, dp_rank: int, text_windows: Callable[[], object]):
         """`text_windows()`: the validation text packed into windows by torchtitan (not called for the
         synthetic source)."""
         val = settings.validation
@@ -68,13 +73,16 @@ class FixedValidation:
         self.use_ema = settings.ema.enable and settings.ema.validate
         self.l2r_trained = ao.order == "l2r"  # its context gain is read left to right, the order it knows
 
-    def losses(self, model, device, context, amp, all_reduce: bool) -> tuple[dict[str, float], int]:
+    def losses(
+        self, model, device, context, amp, all_reduce: bool, progress: Progress | None = None, offset: int = 0
+    ) -> tuple[dict[str, float], int]:
         """The NLLs over all ranks (`all_reduce`), and how many target tokens this rank's forward passes
-        scored; every forward runs under `context()` and `amp`."""
+        scored; every forward runs under `context()` and `amp`. `progress` hears of each batch done
+        (`offset` + its number)."""
         scored = 0
         # l2r sum, l2r n, ao sum, ao n; and for the context gain: own sum, wrong-context sum, n
         totals = torch.zeros(7, dtype=torch.float64, device=device)
-        for x, orders in self.batches:
+        for b, (x, orders) in enumerate(self.batches):
             x = x.to(device)
             with context(), amp:
                 s, n = nll_sum_and_count(model, x, None)
@@ -94,6 +102,8 @@ class FixedValidation:
                     totals[5] += wrong.double().sum()
                     totals[6] += own.numel()
                     scored += 2 * own.numel()  # two forward passes: own and other windows' context
+            if progress is not None:
+                progress.update(offset + b + 1)
         if all_reduce:
             dist.all_reduce(totals)
         t = totals.tolist()
@@ -104,17 +114,34 @@ class FixedValidation:
             out["context_gain"] = (t[5] - t[4]) / t[6]
         return out, scored
 
+    def passes(self, model) -> int:
+        """How many times validation runs over its batches: the raw weights, and the EMA ones with `[ema] validate`."""
+        return 2 if self.use_ema and getattr(model, "ema", None) is not None else 1
+
+    def announce(self, step: int, model) -> str:
+        """The line a validation opens with: what it scores and how much (it may take minutes on a CPU)."""
+        forwards = sum(1 + len(orders) + (2 if x.shape[0] > 1 else 0) for x, orders in self.batches)
+        tokens = sum(x.numel() for x, _ in self.batches)
+        weights = "raw and EMA weights" if self.passes(model) == 2 else "raw weights"
+        return (
+            f"aogpt validation at step {step}: {len(self.batches)} batches, {tokens:,} tokens per rank, "
+            f"{forwards * self.passes(model)} forward passes ({weights})"
+        )
+
     @torch.no_grad()
-    def metrics(self, model, device, context, amp, all_reduce: bool) -> tuple[dict[str, float], int]:
+    def metrics(self, model, device, context, amp, all_reduce: bool, log=None) -> tuple[dict[str, float], int]:
         """`validation_metrics/...` of the raw weights and, with `[ema] validate`, of the EMA weights
-        (model in eval mode meanwhile), and the target tokens scored."""
+        (model in eval mode meanwhile), and the target tokens scored; with `log`, a progress line every
+        ~10 s (progress.py)."""
         model.eval()
-        losses, scored = self.losses(model, device, context, amp, all_reduce)
+        total = len(self.batches) * self.passes(model)
+        progress = Progress("aogpt validation batch", total, "batches", log=log) if log is not None else None
+        losses, scored = self.losses(model, device, context, amp, all_reduce, progress)
         metrics = {_tag(k): v for k, v in losses.items()}
         ema = getattr(model, "ema", None)
-        if self.use_ema and ema is not None:
+        if self.passes(model) == 2:
             with ema.swapped():
-                losses, ema_scored = self.losses(model, device, context, amp, all_reduce)
+                losses, ema_scored = self.losses(model, device, context, amp, all_reduce, progress, len(self.batches))
                 scored += ema_scored
                 for k, v in losses.items():
                     metrics[_tag(k) + "_ema"] = v
@@ -132,8 +159,9 @@ class FixedValidation:
     def validate_and_log(self, model, device, context, amp, all_reduce: bool, step: int, metrics_processor, log):
         """Score, log through torchtitan's metrics processor (console + TensorBoard) with this
         validation's throughput, and `log` the metrics on one console line."""
+        log("%s", self.announce(step, model))
         start = time.perf_counter()
-        metrics, scored = self.metrics(model, device, context, amp, all_reduce)
+        metrics, scored = self.metrics(model, device, context, amp, all_reduce, lambda line: log("%s", line))
         headline = metrics.get("validation_metrics/loss_ao", metrics["validation_metrics/loss_l2r"])
         _log_with_own_throughput(metrics_processor, headline, step, metrics, scored, start)
         log("aogpt validation step %d: %s", step, "  ".join(f"{k.split('/')[-1]}={v:.4f}" for k, v in metrics.items()))
@@ -151,7 +179,7 @@ def _log_with_own_throughput(mp, loss: float, step: int, metrics: dict, scored: 
     mp.time_last_log = train_since + (time.perf_counter() - start)
 
 
-def fixed_windows(settings, dp_rank: int, text_windows: Callable[[], object]) -> list[torch.Tensor]:
+def fixed_windows(settings: RunSettings, dp_rank: int, text_windows: Callable[[], object]) -> list[torch.Tensor]:
     """This rank's `validation.steps * local_batch_size` windows: from the synthetic source's own stream
     (never the training one) or the first windows of the validation text."""
     val = settings.validation

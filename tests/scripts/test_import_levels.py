@@ -41,6 +41,21 @@ def test_chain_follows_relative_absolute_and_function_level_imports(tmp_path):
     assert len(top_only) == 2  # a -> sub.b (b's import of c sits inside a function); c -> d is also 2
 
 
+def test_imports_under_type_checking_are_not_levels(tmp_path):
+    """An `if TYPE_CHECKING:` import names a type for annotations and never runs: not a level. Its `else`
+    branch runs, and the same import outside the block counts (the case that must fail the rule)."""
+    guarded = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .c import Y\nelse:\n    from .d import Z\n"
+    files = {"__init__.py": "", "a.py": "from .b import x\n", "c.py": "from .d import z\n", "d.py": "z = 1\n"}
+    pkg = make_package(tmp_path / "typed", {**files, "b.py": guarded + "x = 1\n"})
+    assert longest_chain(pkg)[1] == ["pkg.a", "pkg.b", "pkg.d"]
+    assert longest_chain(pkg, module_level=True)[1] == ["pkg.a", "pkg.b"]
+    typing_attr = guarded.replace("if TYPE_CHECKING", "if typing.TYPE_CHECKING")
+    pkg = make_package(tmp_path / "attr", {**files, "b.py": "import typing\n" + typing_attr + "x = 1\n"})
+    assert longest_chain(pkg)[1] == ["pkg.a", "pkg.b", "pkg.d"]
+    pkg = make_package(tmp_path / "plain", {**files, "b.py": "from .c import Y\nx = 1\n"})
+    assert longest_chain(pkg)[1] == ["pkg.a", "pkg.b", "pkg.c", "pkg.d"]
+
+
 def test_aogpt_plugin_has_at_most_six_import_levels():
     files, chain = longest_chain(ROOT / "aogpt_plugin")
     assert len(chain) <= 6, " -> ".join(chain)

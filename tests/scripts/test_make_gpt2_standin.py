@@ -56,3 +56,12 @@ def test_the_held_out_file_and_an_existing_folder_are_refused(tmp_path, tokenize
         proc.returncode == 2
         and proc.stderr.strip() == f"error: {tmp_path / 'taken'} exists; pass --force to replace it"
     )
+
+
+def test_it_prints_its_own_lines_and_no_library_noise(tmp_path, tokenizer):
+    """Reported: torchao's `Failed to load ..._C_mxfp8....so` / `_C_cutlass_90a.abi3.so` lines and torch's
+    `_pytree` deprecations around the stand-in's own output (library_noise.py drops them first)."""
+    proc = run(str(tmp_path / "g"), "--steps", "1", "--batch", "2", "--tokenizer", tokenizer)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr == "", proc.stderr[-3000:]
+    assert proc.stdout.startswith("step 1/1  loss ")

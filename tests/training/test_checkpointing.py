@@ -1,11 +1,13 @@
 """checkpointing.py: every step folder records its model; a resume into another model, a conversion
 with another tokenizer and a full disk (simulated, and a real size-limited filesystem) are one line
-each; a second Ctrl-C inside a save and a stop with checkpointing off end the run in one line."""
+each; a run with nothing left to train and a resumed run say so in one line; a second Ctrl-C inside a
+save and a stop with checkpointing off end the run in one line."""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -60,6 +62,37 @@ def test_resuming_into_another_model_is_one_line_naming_the_key_and_both_values(
     (line,) = error_lines(proc)
     assert needle in line and "checkpoint/step-4" in line, line
     assert "Training starts" not in proc.stderr
+
+
+def test_the_same_command_again_has_nothing_to_train_and_says_so_in_one_line(run, tmp_path):
+    """Reported: re-running a finished run loaded its last checkpoint, trained 0 steps and said "Training
+    completed" (two WARNING lines in the INFO flood: torchtitan ignored --checkpoint.initial_load_path).
+    Now one line before any model is built: the step found, the steps asked, how to go on; exit 0."""
+    dump = tmp_path / "run"
+    shutil.copytree(run, dump)
+    proc = launch_train(debug_train_args(dump, 4, **{"validation.freq": 100}), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout == "" and proc.stderr.splitlines() == [
+        f"nothing to train: {dump}/checkpoint/step-4 is a complete checkpoint of step 4 and training.steps is 4; "
+        "train further with --training.steps N (N > 4), or start afresh with another --job.dump_folder"
+    ]
+    assert sorted(p.name for p in (dump / "checkpoint").iterdir()) == ["step-2", "step-4"]
+
+
+def test_a_resumed_run_says_which_checkpoint_and_that_the_initial_load_is_not_read(run, tmp_path):
+    """The user's --checkpoint.initial_load_path is never silently dropped: a resumed run's first line names the
+    checkpoint it loads and that the initial load is not read."""
+    dump, weights = tmp_path / "run", tmp_path / "weights"
+    shutil.copytree(run, dump)
+    args = debug_train_args(dump, 5, **{"validation.freq": 100, "checkpoint.initial_load_path": str(weights)})
+    proc = launch_train(args, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.splitlines()[0] == (
+        f"resuming {dump}/checkpoint/step-4 (the newest complete checkpoint) to train up to step 5; "
+        f"--checkpoint.initial_load_path {weights} is not read (a run resumes its dump folder's checkpoint; "
+        "to start from it, use another --job.dump_folder)"
+    )
+    assert "Training starts at step 5" in proc.stdout + proc.stderr
 
 
 def test_an_old_checkpoint_without_a_record_is_checked_by_tensor_shapes(run, tmp_path):
@@ -139,7 +172,9 @@ def test_a_real_full_disk_is_one_line_removes_the_partial_step_and_names_the_res
         "folder was removed; a checkpoint of this run takes 22.7 MB and "
     ), line
     assert f"the newest complete checkpoint is {dump}/checkpoint/step-2 and nothing older was deleted" in line
-    assert line.endswith("--checkpoint.load_step 2") and "free space, then resume with: python -m aogpt_plugin" in line
+    # step-2 is the newest complete checkpoint, which the same command resumes: the advice is that command
+    command = f"python -m aogpt_plugin.train {shlex.join(debug_train_args(dump, 6, **TINY))}"
+    assert line.endswith(f"; free space, then resume with: {command}"), line
     assert (dump / "checkpoint" / "step-2" / ".metadata").is_file()
     assert sorted(p.name for p in (dump / "checkpoint").iterdir()) == ["step-2"]
 

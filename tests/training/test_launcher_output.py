@@ -53,17 +53,19 @@ def test_a_short_cpu_run_prints_no_known_noise_no_mfu_and_a_measured_validation_
 @pytest.mark.parametrize(
     "world,env,expected",
     [
-        (1, {}, "python -m"),
-        (2, {"LOCAL_WORLD_SIZE": "2"}, "torchrun --nproc_per_node=2 -m"),
+        (1, {}, "python -m aogpt_plugin.train"),
+        (1, {"AOGPT_TRAIN_COMMAND": "aogpt train"}, "aogpt train"),  # as `aogpt train` starts it
+        (2, {"LOCAL_WORLD_SIZE": "2"}, "torchrun --nproc_per_node=2 -m aogpt_plugin.train"),
         (
             64,
             {"LOCAL_WORLD_SIZE": "8", "MASTER_ADDR": "gpu01", "MASTER_PORT": "29500"},
-            "torchrun --nnodes=8 --nproc_per_node=8 --rdzv_backend c10d --rdzv_endpoint gpu01:29500 -m",
+            "torchrun --nnodes=8 --nproc_per_node=8 --rdzv_backend c10d --rdzv_endpoint gpu01:29500 -m aogpt_plugin.train",
         ),
     ],
 )
-def test_the_printed_command_names_the_nodes_this_run_used(world, env, expected):
-    """A resume line on 8 nodes x 8 GPUs is per node (not --nproc_per_node=64 on one)."""
-    from aogpt_plugin.training.launcher import launcher
+def test_the_printed_command_names_how_the_run_was_started(world, env, expected):
+    """A resume line on 8 nodes x 8 GPUs is per node (not --nproc_per_node=64 on one); one started by
+    `aogpt train` says `aogpt train`."""
+    from aogpt_plugin.training.launcher import program
 
-    assert launcher(world, env) == expected
+    assert program(world, env) == expected

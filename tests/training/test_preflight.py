@@ -476,3 +476,30 @@ def test_a_gpt2_folder_is_opened_before_any_process_group(gpt2_folder, tmp_path)
     save_file(state, folder / "model.safetensors")
     with pytest.raises(UserError, match="lacks 'transformer.h.3.mlp.c_proj.weight'"):
         check_settings(run_settings(parse_job_config(_start_from(folder, tmp_path))), **registered_names())
+
+
+def test_a_missing_shared_data_folder_is_named_as_such_by_training(tmp_path, monkeypatch):
+    """Reported: a checkout without ../shared beside it trained into `training.dataset_path=... matches no files`.
+    The recipe's data is the shared data folder beside the checkout, and the line says so, before any process."""
+    from conftest import ROOT
+
+    from aogpt_plugin.data import text_files
+
+    beside = tmp_path / "shared" / "data"
+    (tmp_path / "repo").mkdir()
+    monkeypatch.setattr(text_files, "BESIDE_THE_CHECKOUT", str(beside))
+    monkeypatch.chdir(tmp_path / "repo")
+    config = parse_job_config(["--job.config_file", str(ROOT / "train_configs" / "aogpt_debug.toml")])
+    with pytest.raises(ConfigError, match="^the shared data folder beside the checkout is missing: looked for ") as e:
+        check_settings(run_settings(config), **registered_names())
+    assert str(beside) in str(e.value) and "training.dataset_path='../shared/data/train_corpus/" in str(e.value)
+
+
+def test_an_initial_load_0_2_2_would_skip_for_an_incomplete_checkpoint_folder_is_one_line(tmp_path):
+    """torchtitan 0.2.2 reads --checkpoint.initial_load_path only when the checkpoint folder does not exist: with a
+    folder holding no complete checkpoint (a first save killed part-way) it would start from random weights."""
+    (tmp_path / "run" / "checkpoint" / "step-2").mkdir(parents=True)  # no .metadata: not complete
+    args = ["--job.dump_folder", str(tmp_path / "run"), "--checkpoint.initial_load_path", str(tmp_path / "w")]
+    with pytest.raises(ConfigError, match=r"checkpoint.initial_load_path='.*/w' would not be read: '.*/checkpoint' "):
+        check_settings(run_settings(parse_job_config(DEBUG + args)), **registered_names())
+    check_settings(run_settings(parse_job_config(DEBUG + args[:2])), **registered_names())  # no initial load: fine

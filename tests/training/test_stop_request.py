@@ -1,12 +1,14 @@
 """A stop that saves: SIGTERM or a first Ctrl-C finish the step, write a complete checkpoint, print one
-line naming it and the resume command (which works verbatim), and exit 128 + the signal; a second
-Ctrl-C stops at once and keeps the last complete checkpoint, also inside the stop's own save. A signal
-during start-up, or with checkpointing off, is one line too."""
+line naming it and the resume command (the command the run was started with, which resumes the newest
+checkpoint), and exit 128 + the signal; a second Ctrl-C stops at once and keeps the last complete
+checkpoint, also inside the stop's own save. A signal during start-up, or with checkpointing off, is one
+line too. Each is a stop, not an `error:`."""
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -32,9 +34,10 @@ def _wait_for(proc, pattern: str, log: list[str], timeout: float = 180) -> None:
 
 
 def _finish(proc, log: list[str]) -> list[str]:
+    """The lines a stop ends with (a stop is no error: its line opens with `stopped`), errors and tracebacks."""
     log += proc.stdout.readlines()
     proc.wait(timeout=120)
-    return [ln.rstrip("\n") for ln in log if ln.startswith(("error", "Traceback"))]
+    return [ln.rstrip("\n") for ln in log if ln.startswith(("stopped", "error", "Traceback"))]
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
@@ -47,8 +50,10 @@ def test_a_signal_finishes_the_step_saves_it_and_the_printed_command_resumes_it(
     proc.send_signal(signum)
     (line,) = _finish(proc, log)
     assert proc.returncode == 128 + signum, "".join(log[-20:])
-    m = re.match(r"error: stopped by .* after step (\d+): (\S+) is a complete checkpoint; resume with: (.*)$", line)
+    m = re.match(r"stopped by .* after step (\d+): (\S+) is a complete checkpoint; resume with: (.*)$", line)
     assert m, line
+    args = debug_train_args(dump, 400, **{"validation.freq": 1000, "checkpoint.interval": 100})
+    assert m.group(3) == f"python -m aogpt_plugin.train {shlex.join(args)}"  # the same command: it resumes the newest
     step = int(m.group(1))
     assert (
         m.group(2) == f"{dump}/checkpoint/step-{step}"
@@ -79,10 +84,10 @@ def test_a_second_ctrl_c_stops_at_once_and_keeps_the_last_complete_checkpoint(tm
     proc.send_signal(signal.SIGINT)
     (line,) = _finish(proc, log)
     assert proc.returncode == 130
-    assert line.startswith("error: stopped at once by Ctrl-C (SIGINT); the newest complete checkpoint is "), line
+    assert line.startswith("stopped at once by Ctrl-C (SIGINT); the newest complete checkpoint is "), line
     newest = re.search(r"checkpoint/step-(\d+);", line).group(1)
     assert (dump / "checkpoint" / f"step-{newest}" / ".metadata").is_file()
-    assert f"--checkpoint.load_step {newest}" in line
+    assert "--checkpoint.load_step" not in line  # the newest complete checkpoint: the same command resumes it
 
 
 @pytest.mark.slow
@@ -97,14 +102,14 @@ def test_sigterm_to_torchrun_saves_one_checkpoint_every_rank_agreed_on(tmp_path)
     log: list[str] = []
     _wait_for(proc, r"step:\s+3\s", log)
     proc.send_signal(signal.SIGTERM)
-    lines = [ln for ln in _finish(proc, log) if ln.startswith("error")]
+    lines = [ln for ln in _finish(proc, log) if ln.startswith(("stopped", "error"))]
     (line,) = lines  # rank 0 speaks (torchrun's agent adds its own SignalException report)
-    m = re.match(r"error: stopped by SIGTERM after step (\d+): (\S+) is a complete checkpoint", line)
+    m = re.match(r"stopped by SIGTERM after step (\d+): (\S+) is a complete checkpoint", line)
     assert m, line
     step_dir = dump / "checkpoint" / f"step-{m.group(1)}"
     assert (step_dir / ".metadata").is_file() and len(list(step_dir.glob("*.distcp"))) == 2
     assert sum("finishing this step" in ln for ln in log) == 1
-    assert "--nproc_per_node=2" in line and f"--checkpoint.load_step {m.group(1)}" in line
+    assert "resume with: torchrun --nproc_per_node=2 -m aogpt_plugin.train " in line and "load_step" not in line
 
 
 def _handles_sigterm(pid: int) -> bool:
@@ -127,7 +132,7 @@ def test_a_signal_during_start_up_stops_at_once_in_one_line(tmp_path, signum):
     (line,) = _finish(proc, log)
     assert proc.returncode == 128 + signum, "".join(log[-20:])
     name = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C (SIGINT)"
-    assert line == f"error: stopped at once by {name} during start-up; nothing was trained or saved", line
+    assert line == f"stopped at once by {name} during start-up; nothing was trained or saved", line
     assert not (dump / "checkpoint").exists()
 
 
@@ -141,7 +146,7 @@ def test_sigterm_with_checkpointing_off_stops_after_the_step_and_says_nothing_wa
     (line,) = _finish(proc, log)
     assert proc.returncode == 143, "".join(log[-20:])
     m = re.match(
-        r"error: stopped by SIGTERM after step (\d+); checkpointing is off \(checkpoint.enable=false\), so nothing was saved",
+        r"stopped by SIGTERM after step (\d+); checkpointing is off \(checkpoint.enable=false\), so nothing was saved",
         line,
     )
     assert m and int(m.group(1)) < 400, line
@@ -171,11 +176,11 @@ def _second_ctrl_c_inside_the_stops_save(tmp_path, delay: float, item_seconds: f
     lines = _finish(proc, log)
     assert len(lines) == 1 and proc.returncode == 130, "".join(log[-20:])
     m = re.match(
-        r"error: stopped at once by Ctrl-C \(SIGINT\); the partial (\S+) was removed; the newest complete checkpoint "
-        r"is (\S+); resume with: (.*) --checkpoint.load_step 2$",
+        r"stopped at once by Ctrl-C \(SIGINT\); the partial (\S+) was removed; the newest complete checkpoint "
+        r"is (\S+); resume with: python -m aogpt_plugin\.train (.*)$",
         lines[0],
     )
-    assert m and m.group(2) == f"{dump}/checkpoint/step-2", lines[0]
+    assert m and m.group(2) == f"{dump}/checkpoint/step-2" and m.group(3) == shlex.join(args), lines[0]
     assert not os.path.exists(m.group(1)) and sorted(p.name for p in (dump / "checkpoint").iterdir()) == ["step-2"]
 
 

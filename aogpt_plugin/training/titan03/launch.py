@@ -77,12 +77,9 @@ def trainer_for(rank: int, config) -> Callable[[], None]:
     """torchtitan.train.main's body on `config` (0.3's main parses sys.argv itself)."""
     from torchtitan.observability import structured_logger as sl
 
-    from .trainer import AOGPTTrainer
-
     quiet_known_noise(has_accelerator())
     if rank != 0 and os.environ.get("AOGPT_LOG_ALL_RANKS") != "1":
         logging.getLogger().setLevel(logging.WARNING)
-    AOGPTTrainer.preflight = None  # checked already, before any process group
 
     def run() -> None:
         import torch

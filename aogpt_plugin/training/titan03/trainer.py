@@ -18,7 +18,9 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Annotated
 
+import tyro
 from torchtitan.trainer import Trainer
 
 from ...errors import UserError
@@ -51,13 +53,13 @@ from .validator import AOValidator
 
 
 class AOGPTTrainer(Trainer):
-    # The shared preflight (settings, world size) -> None, run before the process group when the entry
-    # point has not run it already: aogpt_plugin/config_registry.py sets it for stock
-    # `-m torchtitan.train`; the launcher checks before any process exists and leaves it None.
-    preflight: Callable | None = None
-
     @dataclass(kw_only=True, slots=True)
     class Config(Trainer.Config):
+        preflight: Annotated[Callable[[RunSettings, int], None] | None, tyro.conf.Suppress] = None
+        """The shared preflight (settings, world size), run by the Trainer before its process group: the stock
+        `-m torchtitan.train` entry's config functions hand it over (aogpt_plugin/config_registry.py); the
+        launcher checks before any process exists and leaves it None. Not an option on the command line."""
+
         aogpt: AOGPT = field(default_factory=AOGPT)
         ema: EMA = field(default_factory=EMA)
         dataloader: AOGPTDataLoader.Config = field(default_factory=AOGPTDataLoader.Config)
@@ -70,10 +72,14 @@ class AOGPTTrainer(Trainer):
         quantize: Quantize = field(default_factory=Quantize)  # 0.2.2's `[quantize.linear.float8]` (float8.py)
         settings: SettingsField = None  # the run's settings (`share_settings`), built once from the rest
 
+        def to_dict(self) -> dict:
+            """torchtitan's, with the preflight as whether there is one (its config log and file are JSON)."""
+            return {**Trainer.Config.to_dict(self), "preflight": self.preflight is not None}
+
     def __init__(self, config: Config):
         settings = share_settings(config)
-        if AOGPTTrainer.preflight is not None:
-            AOGPTTrainer.preflight(settings, int(os.environ.get("WORLD_SIZE", "1")))
+        if config.preflight is not None:
+            config.preflight(settings, int(os.environ.get("WORLD_SIZE", "1")))
         super().__init__(config)
         guard, opt = self.loss_fn.guard, self.optimizers
         opt.guard = guard
@@ -90,9 +96,9 @@ class AOGPTTrainer(Trainer):
         log_l2r_share(self.metrics_processor, settings)
 
     def train(self) -> None:
-        """Under stock `-m torchtitan.train` (preflight set) a non-finite step is a UserError, so it ends
-        as one `error:` line (config_registry.py); our launcher words it itself, with the resume command."""
-        if AOGPTTrainer.preflight is None:
+        """Under stock `-m torchtitan.train` (its config holds the `preflight`) a non-finite step is a UserError, so
+        it ends as one `error:` line (config_registry.py); our launcher words it itself, with the resume command."""
+        if self.config.preflight is None:
             return super().train()
         try:
             return super().train()

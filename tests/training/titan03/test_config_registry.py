@@ -119,3 +119,20 @@ def test_every_recipe_loads_and_unknown_keys_are_named(tmp_path, titan03_on_cpu)
     bad.write_text("[aogpt]\norderr = 'l2r'\n")
     with pytest.raises(ConfigError, match=r"unknown key: \[aogpt\] orderr"):
         load_recipe(str(bad))
+
+
+def test_the_preflight_is_the_configs_own_set_by_the_stock_entry(titan03_on_cpu):
+    """No hidden switch: the stock entry's config holds the preflight the Trainer runs (its config log stays
+    JSON); the launcher's config holds none (it checked before any process); the Trainer class holds nothing."""
+    import json
+
+    from aogpt_plugin import config_registry
+    from aogpt_plugin.training.titan03.launch import parse_command_line
+    from aogpt_plugin.training.titan03.trainer import AOGPTTrainer
+
+    stock = _parse(["--module", "aogpt_plugin", "--config", "aogpt_debug", "--training.steps", "3"])
+    assert stock.preflight is config_registry._preflight and stock.training.steps == 3  # through tyro's parse
+    assert json.loads(json.dumps(stock.to_dict()))["preflight"] is True
+    launched, _ = parse_command_line(["--job.config_file", "train_configs/aogpt_debug.toml"])
+    assert launched.preflight is None and json.loads(json.dumps(launched.to_dict()))["preflight"] is False
+    assert "preflight" not in vars(AOGPTTrainer)
