@@ -11,6 +11,7 @@ import dataclasses
 import difflib
 import glob
 import os
+import tomllib
 import types
 import typing
 
@@ -200,6 +201,44 @@ def check_config_file(argv: list[str], program: str) -> None:
         )
     if given and not os.path.isfile(given[0]):
         raise ConfigError(_missing_recipe(given[0]))
+
+
+def check_own_sections(own_cls, argv: list[str]) -> None:
+    """The recipe's `[aogpt]` and `[ema]` keys and values and the `--aogpt.*` / `--ema.*` options, checked
+    against `own_cls` (aogpt's own sections, no torch) before torchtitan is imported: a typo there is
+    answered in a fraction of a second instead of after torchtitan's import. torchtitan's own sections
+    are checked once it is imported (its config classes live there)."""
+    if any(a in ("-h", "--help") for a in argv):
+        return
+    path = config_files(argv)[0]
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path} is not valid TOML: {e}") from None
+    own = {key: value for key, value in data.items() if key in AOGPT_SECTIONS}
+    unknown = unknown_toml_keys(own_cls, own)
+    if unknown:
+        raise ConfigError(f"unknown key{'s' * (len(unknown) > 1)} in {path}: {', '.join(unknown)}")
+    for section, values in own.items():
+        hints = _fields(_fields(own_cls)[section])
+        for key, value in values.items() if isinstance(values, dict) else ():
+            if not matches_type(value, hints[key]):
+                raise ConfigError(
+                    f"{section}.{key}={value!r} in {path} has the wrong type; allowed: {type_name(hints[key])}"
+                )
+    check_cli_args(own_cls, _own_options(argv))
+
+
+def _own_options(argv: list[str]) -> list[str]:
+    """The `--aogpt.*` and `--ema.*` options of `argv`, each with the values that follow it."""
+    kept, keep = [], False
+    for arg in argv:
+        if arg.startswith("--"):
+            keep = arg[2:].partition("=")[0].split(".")[0] in AOGPT_SECTIONS
+        if keep:
+            kept.append(arg)
+    return kept
 
 
 def _missing_recipe(path: str) -> str:

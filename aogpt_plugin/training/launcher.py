@@ -241,7 +241,7 @@ class _Launch:
         return self.say(f"error: {message}", code)
 
     def start(self) -> int:
-        from .config_checks import check_config_file, usage
+        from .config_checks import check_config_file, check_own_sections, usage
         from .versions import TORCHTITAN_MISSING, check_torch_for_titan03, check_torchtitan_installed
 
         argv, world_size = self.argv, self.world_size
@@ -249,6 +249,9 @@ class _Launch:
             return self.say(usage(program(world_size)), 2)
         try:
             check_config_file(argv, program(world_size))  # before torchtitan's import: a typo answered at once
+            from .job_config import JobConfig as OwnSections  # aogpt's sections (tyro, no torch)
+
+            check_own_sections(OwnSections, argv)  # [aogpt] and [ema] too; torchtitan's sections once imported
             check_torchtitan_installed()
             check_torch_for_titan03()
         except UserError as e:

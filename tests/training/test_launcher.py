@@ -128,6 +128,43 @@ def test_the_recipe_checks_import_neither_torch_nor_torchtitan():
     assert "did you mean train_configs/aogpt_debug.toml?" in proc.stderr
 
 
+@pytest.mark.parametrize(
+    ("options", "toml", "expected"),
+    [
+        (["--aogpt.ordr", "l2r"], None, "error: unknown option --aogpt.ordr; did you mean --aogpt.order?"),
+        (["--ema.decay=x"], None, "error: --ema.decay='x' has the wrong type; allowed: a number"),
+        ([], "[aogpt]\nordr = 'l2r'\n", "error: unknown key in {path}: [aogpt] ordr (did you mean order?)"),
+        ([], "[aogpt]\np_l2r = 'abc'\n", "error: aogpt.p_l2r='abc' in {path} has the wrong type; allowed: a number"),
+        ([], "[aogpt\n", "error: {path} is not valid TOML: Expected ']' at the end of a table declaration (at line 1"),
+    ],
+)
+def test_aogpts_own_keys_and_values_are_checked_before_torch_is_imported(tmp_path, options, toml, expected):
+    """Reported: key and value typos got good suggestions, but after 18-38 s (torchtitan's import). The
+    [aogpt] and [ema] sections and their options are aogpt's own: answered before torch is imported."""
+    path = "train_configs/aogpt_debug.toml"
+    if toml is not None:
+        path = str(tmp_path / "recipe.toml")
+        Path(path).write_text(toml)
+    script = (
+        "import sys\n"
+        f"sys.argv = ['aogpt_plugin.train', '--job.config_file', {path!r}, *{options!r}]\n"
+        "from aogpt_plugin.training.launcher import main\n"
+        "code = main()\n"
+        "print(code, sorted(m for m in ('torch', 'torchtitan') if m in sys.modules))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.stdout.split("\n")[0] == "2 []", proc.stdout + proc.stderr[-2000:]
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith(expected.format(path=path)), line
+
+
+def test_a_typo_in_torchtitans_own_sections_is_still_named_once_torchtitan_is_imported():
+    """The control: torchtitan's sections are checked after its import, with the nearest key."""
+    proc = _run(["aogpt", "train", "--job.config_file", "train_configs/aogpt_debug.toml", "--training.stepz", "3"])
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[-1] == "error: unknown option --training.stepz; did you mean --training.steps?"
+
+
 def test_torchtitans_full_help_says_first_that_it_loads_for_a_while():
     """Reported: `--job.config_file X --help` printed nothing for 50 s. Its first line now says what is
     loading and about how long, before torch is imported (the run is stopped once the line is read)."""
