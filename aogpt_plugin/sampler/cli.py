@@ -138,8 +138,7 @@ def check_args(args, device, dtype):
         request.length = min(FIRST_LOOK_LENGTH, config.model_args.max_seq_len)
     plan = request.plan(config.model_args, encode, device, dtype)
     if request.steps is None and not plan.speculative:  # at most one per token any sample generates
-        to_fill = min(n - len(plan.prompt_of(b)) for b, n in enumerate(plan.config.sample_lengths()))
-        request.steps = min(FIRST_LOOK_STEPS, to_fill)
+        request.steps = min(FIRST_LOOK_STEPS, plan.fewest_to_fill())
         plan = request.plan(config.model_args, encode, device, dtype)
     return config, plan
 

@@ -114,7 +114,7 @@ class SampleRequest:
         (Python only) a tensor of the positions to generate, (m,) or (B, m), in the order to generate them.
         `infill` is the JSON of `aogpt sample --infill` (a string, '@FILE', the parsed dict, or its list of
         spans; see sampler/prompt.py). `seed`: sample i's is seeding.sample_seed(seed, i) (sample 0's is seed
-    itself), or one per sample in a list.
+        itself), or one per sample in a list.
         PER_SAMPLE fields take one value or a list with one per sample (None items: that sample's default)."""
 
     num_samples: int | None = None
@@ -363,6 +363,14 @@ class SamplePlan:
     def fewest_given(self) -> int:
         """The fewest tokens a sample of the batch is given (the memory estimate's worst case)."""
         return min(len(p) for p in self.prompts) if isinstance(self.prompts, tuple) else len(self.prompts)
+
+    def fewest_to_fill(self) -> int:
+        """The fewest tokens a sample of the batch generates (its length less its given tokens), without a loop
+        over the samples when they share one length and one prompt (a batch too large to run is still refused
+        at once)."""
+        if self.config.lengths is None and not isinstance(self.prompts, tuple):
+            return self.config.length - len(self.prompts)
+        return min(n - len(self.prompt_of(b)) for b, n in enumerate(self.config.sample_lengths()))
 
 
 @dataclass

@@ -284,7 +284,7 @@ def test_ctrl_c_or_sigterm_while_preparing_is_one_line_and_removes_the_temporary
     err = proc.stderr.read()
     proc.wait(timeout=60)
     assert proc.returncode == 128 + signum
-    (line,) = [ln for ln in err.splitlines() if ln.startswith(("error", "Traceback"))]
+    (line,) = [ln for ln in err.splitlines() if ln.startswith(("error", "stopped", "Traceback"))]
     name = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C (SIGINT)"
     assert line.startswith(f"stopped by {name}; DIR '{out}' was not written (its temporary folder, "), line
     assert os.listdir(tmp_path) == []

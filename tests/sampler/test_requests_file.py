@@ -260,3 +260,19 @@ def test_requests_that_differ_only_in_run_options_go_to_separate_batches_and_kee
     assert one == tokens_by_request(3) == tokens_by_request(3, graphs="static")
     assert [len(one[i]) for i in range(4)] == [12, 9, 40, 7] and one[0][:2] == [5, 6]
     assert one[1] != one[0][: len(one[1])]
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        SampleRequest(num_samples=3, length=20, prompt="5 6 7"),
+        SampleRequest(length=[20, 12, 30], prompt=["5 6 7", None, "1"]),
+        SampleRequest(length=[20, 12], prompt="5 6 7"),
+    ],
+)
+def test_the_fewest_tokens_to_fill_is_the_minimum_over_the_samples(ao_model, request_):
+    """`aogpt sample`'s first-look steps come from it; a shared length and prompt take no loop over the
+    samples (a billion samples is refused by the memory check at once, not after counting them)."""
+    plan = _plan(ao_model)(request_)
+    each = [n - len(plan.prompt_of(b)) for b, n in enumerate(plan.config.sample_lengths())]
+    assert plan.fewest_to_fill() == min(each)
