@@ -208,6 +208,7 @@ def test_aogpt_lists_train_and_every_option_of_every_command_says_what_it_does()
     assert undescribed == []
 
 
+@pytest.mark.slow
 def test_aogpt_train_is_the_launcher(tmp_path):
     import subprocess
     import sys

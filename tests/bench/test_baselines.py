@@ -89,7 +89,7 @@ def test_encoder_baseline_samples_alike_with_either_kernel():
     assert torch.equal(aten, encoder_generate(model, 24, 6, batch=2, seed=1, linears="onednn").tokens)
 
 
-@pytest.mark.parametrize("backend", ["sdpa", "flex"])
+@pytest.mark.parametrize("backend", ["sdpa", pytest.param("flex", marks=pytest.mark.slow)])
 def test_greedy_ar_decode_equals_uncached_greedy(gpt_model, backend):
     n = 14
     result = ar_generate(gpt_model, n, batch=2, sampling=SamplingParams(top_k=1), backend=backend)

@@ -198,6 +198,7 @@ def test_bad_input_is_one_error_line(bad_inputs, argv, expected):
     assert not [n for n in os.listdir(bad_inputs) if n.startswith(".aogpt-prepare-")]
 
 
+@pytest.mark.slow
 def test_training_runs_offline_from_prepared_folders(tmp_path):
     """The recipes' overrides for a machine without network: `local` on a prepared training folder and
     a prepared WikiText-103 validation folder; a folder with a changed or a missing shard stops the

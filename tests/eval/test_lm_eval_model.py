@@ -247,6 +247,7 @@ def _cloze_responses(tmp_path, model_dir, name: str, *extra: str) -> tuple[dict,
 
 
 @pytest.mark.skipif(not (SHARED_DATA / "lambada" / "lambada_test.jsonl").exists(), reason="needs ../shared/data")
+@pytest.mark.slow
 def test_generate_until_batched_gives_the_scores_and_texts_of_batch_1(tmp_path, model_dir, monkeypatch):
     """The cloze task through `aogpt lm-eval`, sampled (--gen_kwargs): at --batch_size 4 every document gets
     the text it gets at --batch_size 1, so the scores are equal; another seed samples other texts (the
@@ -267,9 +268,13 @@ def test_generate_until_batched_gives_the_scores_and_texts_of_batch_1(tmp_path, 
     ("model_args", "message"),
     [
         ("pretrained={dir},bogus_key=1", "model_args bogus_key=1 is not an aogpt model argument; allowed: pretrained,"),
-        ("order=l2r", "model_args has no pretrained=OUT_DIR"),
+        pytest.param("order=l2r", "model_args has no pretrained=OUT_DIR", marks=pytest.mark.slow),
         ("pretrained={missing}", "model directory '{missing}' does not exist"),  # not blamed on the device
-        ("pretrained={dir},verify=maybe", "model_args verify='maybe' is not allowed; allowed: true, false"),
+        pytest.param(
+            "pretrained={dir},verify=maybe",
+            "model_args verify='maybe' is not allowed; allowed: true, false",
+            marks=pytest.mark.slow,
+        ),
     ],
 )
 def test_bad_model_args_through_aogpt_lm_eval_are_one_line(capsys, tmp_path, model_dir, model_args, message):

@@ -100,6 +100,7 @@ def markov_gap(padded_softmax: bool, steps: int = MARKOV_STEPS, seed: int = 0) -
     return nll - optimum, source.unigram_entropy() - optimum
 
 
+@pytest.mark.slow
 def test_small_vocabulary_leaves_the_unigram_plateau_only_over_real_classes(one_cpu_thread):
     """Gaps after 225 steps over seeds 0..9: 0.89-1.30 nats over the 32 real classes, 1.79-1.92 over
     all 64 (seed 0: 0.91 and 1.85), the plateau 2.12 (docs/evaluation.md §5, differences from the

@@ -70,8 +70,15 @@ def draw(model, sampling, total, speculative=None, steps=N, seed=0):
 SAMPLINGS = [SamplingParams(), SamplingParams(temperature=0.7, top_p=0.9)]
 
 
-@pytest.mark.parametrize("sampling", SAMPLINGS, ids=["t1", "t0.7-p0.9"])
-@pytest.mark.parametrize("draft", [3, "auto"])
+@pytest.mark.parametrize(
+    ("sampling", "draft"),
+    [
+        pytest.param(SAMPLINGS[1], "auto", id="auto-t0.7-p0.9"),  # by default; the others in make test-slow
+        pytest.param(SAMPLINGS[0], "auto", id="auto-t1", marks=pytest.mark.slow),
+        pytest.param(SAMPLINGS[0], 3, id="3-t1", marks=pytest.mark.slow),
+        pytest.param(SAMPLINGS[1], 3, id="3-t0.7-p0.9", marks=pytest.mark.slow),
+    ],
+)
 def test_speculative_samples_follow_the_sequential_joint(toy, sampling, draft):
     joint = exact_joint(toy, sampling)
     assert abs(float(joint.sum()) - 1.0) < 1e-9

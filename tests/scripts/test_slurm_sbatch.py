@@ -203,6 +203,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_two_processes_train_through_the_scripts_torchrun_line(tmp_path):
     """The script's own torchrun line (c10d rendezvous, --nnodes 1 --nproc_per_node 2) on the debug
     recipe, 2 steps over gloo: both ranks train and write one 2-shard checkpoint."""

@@ -45,12 +45,21 @@ def test_every_step_folder_records_model_args_tokenizer_settings_and_losses(run)
     ("override", "needle"),
     [
         (["--model.flavor", "tiny"], "was trained with model.flavor='debugmodel' and this run has model.flavor='tiny'"),
-        (
+        pytest.param(  # this and the next two in make test-slow: the same check on other keys
             ["--aogpt.conditioning", "concat"],
             "was trained with aogpt.conditioning='adaln' and this run has aogpt.conditioning='concat'",
+            marks=pytest.mark.slow,
         ),
-        (["--aogpt.tokenizer", "symbols:100"], "was trained with aogpt.tokenizer=gpt2 and this run has"),
-        (["--ema.no-enable"], "was trained with ema.enable=True and this run has ema.enable=False"),
+        pytest.param(
+            ["--aogpt.tokenizer", "symbols:100"],
+            "was trained with aogpt.tokenizer=gpt2 and this run has",
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
+            ["--ema.no-enable"],
+            "was trained with ema.enable=True and this run has ema.enable=False",
+            marks=pytest.mark.slow,
+        ),
     ],
 )
 def test_resuming_into_another_model_is_one_line_naming_the_key_and_both_values(run, tmp_path, override, needle):
@@ -96,6 +105,7 @@ def test_a_resumed_run_says_which_checkpoint_and_that_the_initial_load_is_not_re
     assert "Training starts at step 5" in proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_an_old_checkpoint_without_a_record_is_checked_by_tensor_shapes(run, tmp_path):
     dump = tmp_path / "run"
     shutil.copytree(run, dump)

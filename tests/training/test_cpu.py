@@ -44,6 +44,7 @@ def test_importing_the_package_outside_torchtitan_imports_no_torchtitan():
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_a_cpu_run_shows_no_mfu_in_the_metrics_line_or_the_metric_loggers():
     """A start-up timed CPU peak varied 17x between runs and gave MFU > 100%: there is none now."""
     code = """

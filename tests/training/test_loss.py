@@ -118,7 +118,7 @@ def debug_recipe_losses() -> list[float]:
     return DEBUG_RECIPE_LOSSES_TORCH_2_11 if torch.__version__.startswith("2.11.") else DEBUG_RECIPE_LOSSES
 
 
-@pytest.mark.parametrize("loss_path", ["logits", "fused"])
+@pytest.mark.parametrize("loss_path", ["logits", pytest.param("fused", marks=pytest.mark.slow)])
 def test_the_debug_recipe_keeps_its_losses(tmp_path, loss_path):
     """The loss both torchtitan versions train with (loss.recorded_loss / titan03's AOLoss call
     ao_cross_entropy, or the model's fused head under `--aogpt.loss_path fused`): the debug recipe's first 8

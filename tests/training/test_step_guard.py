@@ -90,8 +90,10 @@ def _host_reads(tmp_path, name, *flags, **overrides) -> dict:
 
 @pytest.mark.parametrize(
     "overrides",
-    [{}, {"optimizer.implementation": "fused", "aogpt.loss_path": "fused"}],
-    ids=["foreach-logits", "fused-fused"],
+    [
+        pytest.param({}, id="foreach-logits", marks=pytest.mark.slow),  # the fused case runs by default
+        pytest.param({"optimizer.implementation": "fused", "aogpt.loss_path": "fused"}, id="fused-fused"),
+    ],
 )
 def test_the_debug_recipe_reads_device_values_only_at_its_logging_steps(tmp_path, overrides):
     """Seven steps of the debug recipe logging every third step (1, 3, 6): every host read of a value a GPU

@@ -40,7 +40,7 @@ def _finish(proc, log: list[str]) -> list[str]:
     return [ln.rstrip("\n") for ln in log if ln.startswith(("stopped", "error", "Traceback"))]
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.slow)])
 def test_a_signal_finishes_the_step_saves_it_and_the_printed_command_resumes_it(tmp_path, signum):
     """Reported: SIGTERM killed the run with no message and no checkpoint; Ctrl-C printed an 81-line
     traceback and kept nothing since the last interval."""
@@ -119,7 +119,7 @@ def _handles_sigterm(pid: int) -> bool:
     return bool(caught >> (signal.SIGTERM - 1) & 1)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.slow)])
 def test_a_signal_during_start_up_stops_at_once_in_one_line(tmp_path, signum):
     """Reported: SIGTERM before the handlers (start-up) exited 143 with no line."""
     dump = tmp_path / "run"
@@ -136,6 +136,7 @@ def test_a_signal_during_start_up_stops_at_once_in_one_line(tmp_path, signum):
     assert not (dump / "checkpoint").exists()
 
 
+@pytest.mark.slow
 def test_sigterm_with_checkpointing_off_stops_after_the_step_and_says_nothing_was_saved(tmp_path):
     """Reported: with --checkpoint.no-enable, SIGTERM printed "saving a checkpoint", trained on to the last
     step and exited 0 (under SLURM, until SIGKILL)."""

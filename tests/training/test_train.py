@@ -139,6 +139,7 @@ def test_bad_config_fails_in_one_line_before_process_group(tmp_path):
     assert not (tmp_path / "run").exists()  # nothing written, no trainer built
 
 
+@pytest.mark.slow
 def test_bad_config_under_torchrun_stops_every_rank_before_the_mesh(tmp_path):
     args = ["aogpt_plugin.train", "--job.config_file", "train_configs/aogpt_debug.toml"]
     args += ["--job.dump_folder", str(tmp_path / "run"), "--aogpt.p_l2r", "-0.5"]
@@ -249,6 +250,7 @@ def _tb_scalars(dump, tag: str) -> dict[int, float]:
     return out
 
 
+@pytest.mark.slow
 def test_resume_with_a_new_learning_rate_applies_it_at_the_resumed_step(tmp_path):
     """`--checkpoint.load_step N --optimizer.lr X` (what the step guard advises) uses X: torchtitan alone
     restores the checkpoint's learning rate and silently ignores the new one."""
@@ -281,6 +283,7 @@ def test_second_run_into_a_busy_dump_folder_is_refused_in_one_line(tmp_path):
     assert not (dump / "checkpoint").exists() and not (dump / "tb").exists()  # nothing of the first run touched
 
 
+@pytest.mark.slow
 def test_resume_with_another_number_of_processes_is_one_line_before_the_mesh(tmp_path):
     dump = tmp_path / "run"
     proc = launch_train(debug_train_args(dump, 2, **{"checkpoint.interval": 2, "validation.freq": 100}))
@@ -296,6 +299,7 @@ def test_resume_with_another_number_of_processes_is_one_line_before_the_mesh(tmp
     assert "Missing key" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_checkpoint_with_nan_weights_is_refused_by_name(tmp_path):
     import torch.distributed.checkpoint as dcp
 
@@ -315,6 +319,7 @@ def test_a_checkpoint_with_nan_weights_is_refused_by_name(tmp_path):
     assert "holds NaN/inf values in tensor 'ema.layers.1.feed_forward.w2.weight'" in line
 
 
+@pytest.mark.slow
 def test_the_debug_recipe_is_seeded_so_identical_runs_give_identical_losses(tmp_path):
     def losses(dump):
         args = debug_train_args(dump, 3, **{"validation.freq": 100, "checkpoint.interval": 100, "debug.seed": None})
@@ -325,6 +330,7 @@ def test_the_debug_recipe_is_seeded_so_identical_runs_give_identical_losses(tmp_
     assert losses(tmp_path / "a") == losses(tmp_path / "b")
 
 
+@pytest.mark.slow
 def test_a_tokenizer_json_trains_converts_samples_and_evaluates(tmp_path):
     """Round trip with a small byte-level BPE: the model's vocabulary follows the tokenizer, the model
     folder carries a copy of it, and `eval ppl` reports bits per byte."""
@@ -355,6 +361,7 @@ def test_a_tokenizer_json_trains_converts_samples_and_evaluates(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_a_synthetic_source_trains_without_text(tmp_path):
     spec = "markov:vocab=32,order=2,branching=4,seed=0"
     extra = {
