@@ -243,3 +243,20 @@ def test_train_help_is_aogpts_own_page_with_every_key_of_its_sections(capsys):
         for f in dataclasses.fields(cls):
             assert f"  {f.name} = " in block, f.name
     assert "  p_l2r = 0.1 " in page and "  enable = true " in page
+
+
+def test_the_installed_commands_end_with_an_idle_executor_thread_still_alive():
+    """Reported: `aogpt bench sampler --graphs compile` printed its rounds and then hung: the end joined every
+    thread before the thread-exit hooks that tell idle executor workers (inductor's compile pool) to stop. The
+    end now runs Python's own order; an idle ThreadPoolExecutor worker is what it must get past."""
+    script = (
+        "import sys\n"
+        "from concurrent.futures import ThreadPoolExecutor\n"
+        "from aogpt_plugin.cli import _exit_process\n"
+        "pool = ThreadPoolExecutor(2)\n"
+        "assert pool.submit(lambda: 7).result() == 7\n"
+        "print('done', flush=True)\n"
+        "_exit_process(5)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (5, "done\n", "")

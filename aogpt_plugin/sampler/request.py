@@ -108,14 +108,14 @@ def about(name: str):
 class SampleRequest:
     """What a caller asks the sampler for; None means "not given" (the default applies).
 
-        num_samples None: one per item of the per-sample lists (else 1). length None: all the model's
-        positions; steps None: one step per generated token (of each sample); schedule and counts None:
-        SampleConfig's defaults (and `speculative` refuses them when given). `order` is `random`, `l2r`, or
-        (Python only) a tensor of the positions to generate, (m,) or (B, m), in the order to generate them.
-        `infill` is the JSON of `aogpt sample --infill` (a string, '@FILE', the parsed dict, or its list of
-        spans; see sampler/prompt.py). `seed`: sample i's is seeding.sample_seed(seed, i) (sample 0's is seed
-        itself), or one per sample in a list.
-        PER_SAMPLE fields take one value or a list with one per sample (None items: that sample's default)."""
+    num_samples None: one per item of the per-sample lists (else 1). length None: all the model's
+    positions; steps None: one step per generated token (of each sample); schedule and counts None:
+    SampleConfig's defaults (and `speculative` refuses them when given). `order` is `random`, `l2r`, or
+    (Python only) a tensor of the positions to generate, (m,) or (B, m), in the order to generate them.
+    `infill` is the JSON of `aogpt sample --infill` (a string, '@FILE', the parsed dict, or its list of
+    spans; see sampler/prompt.py). `seed`: sample i's is seeding.sample_seed(seed, i) (sample 0's is seed
+    itself), or one per sample in a list.
+    PER_SAMPLE fields take one value or a list with one per sample (None items: that sample's default)."""
 
     num_samples: int | None = None
     length: int | list | None = None

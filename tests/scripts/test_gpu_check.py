@@ -9,6 +9,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -22,7 +23,8 @@ BEST = "partial,split=2,stages=3"  # plan C's setting here (on a GPU: plan A's f
 
 
 def gpu_check(out, plan: str | None = None, dry: bool = False, **env) -> subprocess.CompletedProcess:
-    env = {**os.environ, "GPU_CHECK_DECODE_ATTENTION": BEST, **env}
+    # the suite's own interpreter: under make test-torch211 the plans run on the GPU image's torch, as they will there
+    env = {**os.environ, "PYTHON": sys.executable, "GPU_CHECK_DECODE_ATTENTION": BEST, **env}
     env.update({"GPU_CHECK_PLAN": plan} if plan else {}, **({"GPU_CHECK_DRY_RUN": "1"} if dry else {}))
     return subprocess.run(["bash", SCRIPT, str(out)], capture_output=True, text=True, timeout=900, env=env)
 
