@@ -33,6 +33,11 @@ MARKOV = "markov:vocab=32,order=2,branching=4,seed=0"
 HELDOUT = "../shared/data/train_corpus/enwiki2015_heldout.jsonl"
 
 
+def braces(text: str) -> str:
+    """`text` as it reads after a row's `command.format(tmp=...)` (a dict literal's braces kept)."""
+    return text.replace("{", "{{").replace("}", "}}")
+
+
 def run(command: str, cwd: Path, env: dict | None = None) -> tuple[int, str]:
     """Exit status and output (stderr, then stdout) of `command`, a bash line run with this venv first on PATH."""
     full_env = {**os.environ, "TIKTOKEN_CACHE_DIR": str(SHARED / "tiktoken_cache"), "AOGPT_DATA_DIR": str(SHARED)}
@@ -687,7 +692,7 @@ def rows(tmp: Path) -> list[tuple[str, str, str, str]]:
     ):
         add(
             f"Python API: `{call}`",
-            f'python tests/helpers/api_call.py {{tmp}}/model "{call}"',
+            f'python tests/helpers/api_call.py {{tmp}}/model "{braces(call)}"',
             display=f"lm = aogpt_plugin.load('D/model'); lm.{call}"
             if not call.startswith("load(")
             else f"aogpt_plugin.{call}",
@@ -697,7 +702,7 @@ def rows(tmp: Path) -> list[tuple[str, str, str, str]]:
     add(
         f"Python API: `generate(requests={mixed})`, request 0 against its lone run",
         "python -c \"import aogpt_plugin; lm = aogpt_plugin.load('{tmp}/model'); "
-        f"both = lm.generate(requests={mixed}); alone = lm.generate(requests=[{{'length': 8, 'seed': 0}}]); "
+        f"both = lm.generate(requests={braces(mixed)}); alone = lm.generate(requests=[{{{{'length': 8, 'seed': 0}}}}]); "
         "print('request 0 equals its lone run:', both.tokens[0].tolist() == alone.tokens[0].tolist())\"",
         display=f"lm.generate(requests={mixed}) and request 0 alone",
         show="request 0 equals",
