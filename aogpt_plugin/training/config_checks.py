@@ -214,8 +214,10 @@ def check_own_sections(own_cls, argv: list[str]) -> None:
     try:
         with open(path, "rb") as f:
             data = tomllib.load(f)
-    except tomllib.TOMLDecodeError as e:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path} is not valid TOML: {e}") from None
+    except OSError as e:
+        raise ConfigError(f"--job.config_file {path!r} cannot be read: {e.strerror}") from None
     own = {key: value for key, value in data.items() if key in AOGPT_SECTIONS}
     unknown = unknown_toml_keys(own_cls, own)
     if unknown:

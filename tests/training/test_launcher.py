@@ -136,6 +136,7 @@ def test_the_recipe_checks_import_neither_torch_nor_torchtitan():
         ([], "[aogpt]\nordr = 'l2r'\n", "error: unknown key in {path}: [aogpt] ordr (did you mean order?)"),
         ([], "[aogpt]\np_l2r = 'abc'\n", "error: aogpt.p_l2r='abc' in {path} has the wrong type; allowed: a number"),
         ([], "[aogpt\n", "error: {path} is not valid TOML: Expected ']' at the end of a table declaration (at line 1"),
+        ([], b"\xff[aogpt]\n", "error: {path} is not valid TOML: 'utf-8' codec can't decode byte 0xff"),
     ],
 )
 def test_aogpts_own_keys_and_values_are_checked_before_torch_is_imported(tmp_path, options, toml, expected):
@@ -144,7 +145,7 @@ def test_aogpts_own_keys_and_values_are_checked_before_torch_is_imported(tmp_pat
     path = "train_configs/aogpt_debug.toml"
     if toml is not None:
         path = str(tmp_path / "recipe.toml")
-        Path(path).write_text(toml)
+        (Path(path).write_bytes if isinstance(toml, bytes) else Path(path).write_text)(toml)
     script = (
         "import sys\n"
         f"sys.argv = ['aogpt_plugin.train', '--job.config_file', {path!r}, *{options!r}]\n"
