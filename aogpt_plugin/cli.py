@@ -268,8 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     without raising into the clean-up (errors.stop_quietly_on_signals). Called with argv (tests, scripts), the
     caller's signal handlers are put back when it returns."""
     entry = argv is None
-    previous = stop_at_once_on_signals()  # Ctrl-C, SIGTERM: writers remove their temporaries, then one line
-    try:
+    previous: dict = {}
+    try:  # from the handlers' first moment: a signal anywhere after them is answered below, in one line
+        previous = stop_at_once_on_signals()  # Ctrl-C, SIGTERM: writers remove their temporaries, then one line
         code = _main(sys.argv[1:] if entry else list(argv))
     except KeyboardInterrupt as e:  # landed in _main's own clean-up, after its work
         code = _finish(interrupted_line(e), exit_status(e))

@@ -207,17 +207,17 @@ def forget_elastic_traceback() -> None:
 def main() -> int:
     from ..errors import exit_status, stop_at_once_on_signals
 
-    stop_at_once_on_signals()  # start-up: SIGTERM and Ctrl-C stop at once, in one line (the optimizers take over)
-    logging.raiseExceptions = False  # a log file on a full disk (0.3's structured log): no traceback per record
     argv = sys.argv[1:]
-    default_to_one_process()
-    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    launch = _Launch(argv, rank, world_size)
-    try:
+    # torchrun's rank and world, or a world of one (what default_to_one_process will set)
+    launch = _Launch(argv, int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")))
+    try:  # from the handlers' first moment: a signal anywhere after them is answered below, in one line
+        stop_at_once_on_signals()  # start-up: SIGTERM and Ctrl-C stop at once (the optimizers take over)
+        logging.raiseExceptions = False  # a log file on a full disk (0.3's structured log): no traceback per record
+        default_to_one_process()
         return launch.start()
     except KeyboardInterrupt as e:  # a signal before the optimizers exist, or a second Ctrl-C
         forget_elastic_traceback()
-        message = interrupted_message(e, launch.settings, argv, world_size)
+        message = interrupted_message(e, launch.settings, argv, launch.world_size)
         return launch.say(message, exit_status(e))  # a stop, not an error
     except BrokenPipeError:  # `--help | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

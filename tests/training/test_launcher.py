@@ -128,6 +128,25 @@ def test_the_recipe_checks_import_neither_torch_nor_torchtitan():
     assert "did you mean train_configs/aogpt_debug.toml?" in proc.stderr
 
 
+def test_a_signal_just_after_the_handlers_are_installed_is_still_one_line():
+    """Reported by CI: a SIGTERM landing between the handlers' installation and the launch's `try` (while the
+    world of one was set up) ended in an Interrupted traceback and exit 1. Here the signal is sent from
+    exactly there: one line, 143."""
+    script = (
+        "import os, signal, sys, time\n"
+        "sys.argv = ['aogpt_plugin.train', '--job.config_file', 'train_configs/aogpt_debug.toml']\n"
+        "from aogpt_plugin.training import launcher\n"
+        "def signalled():\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    time.sleep(30)\n"
+        "launcher.default_to_one_process = signalled\n"
+        "sys.exit(launcher.main())\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 143, proc.stderr[-2000:]
+    assert proc.stderr.splitlines() == ["stopped at once by SIGTERM during start-up; nothing was trained or saved"]
+
+
 @pytest.mark.parametrize(
     ("options", "toml", "expected"),
     [
