@@ -55,7 +55,7 @@ def assert_row_is_the_lone_run(mixed, alone, b: int) -> None:
 
 SLOW = pytest.mark.slow  # compiles its own step shapes (a minute with a cold inductor cache)
 PATHS = [
-    (graphs, case, ()) if graphs != "on" or case in ("T=n", "binomial-T=5") else (graphs, case, SLOW)
+    (graphs, case, ()) if graphs != "on" or case == "T=n" else (graphs, case, SLOW)
     for graphs in ("off", "static", "on")
     for case in CASES
 ]

@@ -163,7 +163,7 @@ def test_a_terminal_that_cannot_show_the_text_gets_it_escaped(model_dir):
     "extra",
     [
         [],  # T = n
-        ["--steps", "5", "--counts", "binomial"],  # parallel, ragged steps
+        pytest.param(["--steps", "5", "--counts", "binomial"], marks=pytest.mark.slow),  # parallel, ragged steps
         ["--infill", '{"spans": [{"start": 0, "tokens": [5, 6]}, {"start": 9, "tokens": [7]}]}', "--steps", "4"],
         ["--speculative", "auto"],
     ],
