@@ -203,6 +203,17 @@ def check_config_file(argv: list[str], program: str) -> None:
         raise ConfigError(_missing_recipe(given[0]))
 
 
+def read_recipe(path: str) -> dict:
+    """The recipe's TOML as a dict; one line when it is not TOML (or not UTF-8) or cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path} is not valid TOML: {e}") from None
+    except OSError as e:
+        raise ConfigError(f"--job.config_file {path!r} cannot be read: {e.strerror}") from None
+
+
 def check_own_sections(own_cls, argv: list[str]) -> None:
     """The recipe's `[aogpt]` and `[ema]` keys and values and the `--aogpt.*` / `--ema.*` options, checked
     against `own_cls` (aogpt's own sections, no torch) before torchtitan is imported: a typo there is
@@ -211,13 +222,7 @@ def check_own_sections(own_cls, argv: list[str]) -> None:
     if any(a in ("-h", "--help") for a in argv):
         return
     path = config_files(argv)[0]
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path} is not valid TOML: {e}") from None
-    except OSError as e:
-        raise ConfigError(f"--job.config_file {path!r} cannot be read: {e.strerror}") from None
+    data = read_recipe(path)
     own = {key: value for key, value in data.items() if key in AOGPT_SECTIONS}
     unknown = unknown_toml_keys(own_cls, own)
     if unknown:

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tomllib
 import typing
 
 from ...errors import ConfigError
-from ..config_checks import check_types, matches_type, type_name
+from ..config_checks import check_types, matches_type, read_recipe, type_name
 from ..sections import AOGPT, EMA
 
 # recipe key -> 0.3 config path; "section.*": every key of the 0.3 section of that name
@@ -114,11 +113,7 @@ def load_recipe(
     (`flavor` / `ac_mode`: command-line overrides of `model.flavor` / `activation_checkpoint.mode`,
     which 0.3 cannot override after the build). With `root`, relative local data and tokenizer.json
     paths are resolved against it (the recipes name them from the repository root, where 0.2.2 ran)."""
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError) as e:
-        raise ConfigError(f"job.config_file={path!r} cannot be read: {e}") from None
+    data = read_recipe(path)
     flavor = flavor or data.get("model", {}).get("flavor", "debugmodel")
     from ...model import FLAVORS
 
