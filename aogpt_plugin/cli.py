@@ -286,13 +286,8 @@ def _exit_process(code: int) -> NoReturn:
     """The installed command's end: Python's shutdown (other threads joined, atexit callbacks, streams
     flushed) without its last stage, which puts the default signal handlers back, so that a Ctrl-C landing
     there killed the process with no line (status -2); our quiet handlers stay until the exit."""
-    shutdown = getattr(threading, "_shutdown", None)  # Python's own first stage: the thread-exit hooks (which
-    if shutdown is not None:  # stop idle executor workers, e.g. inductor's compile pool), then the joins
-        shutdown()
-    else:
-        for thread in threading.enumerate():
-            if thread is not threading.main_thread() and not thread.daemon:
-                thread.join()
+    threading._shutdown()  # Python's own first stage: the thread-exit hooks (which stop idle executor workers,
+    # e.g. inductor's compile pool), then the joins
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
