@@ -81,7 +81,8 @@ def test_a_body_over_the_limit_is_413(limited):
 
 def test_a_full_queue_is_429_with_retry_after_and_a_client_that_leaves_frees_its_slot(limited):
     """One slot, a queue of 2: a request of 2 samples takes the slot and one place; 2 more samples are refused.
-    Then its client leaves: the slot is free within a few steps, long before the request's end."""
+    Then its client leaves: the slot is free long before the request's end (at the step after the server sees the
+    socket closed: 1-2 steps here, quiet or loaded; once, under CI's load, 154 before its event loop saw it)."""
     connection, _ = open_stream(limited, {"prompt": "1", "max_tokens": LONG, "n": 2, "seed": 0})
     assert wait_for(lambda: limited.metric("aogpt_queue_depth") == 1)
     status, body, headers = limited.post("/v1/completions", {"prompt": "2", "max_tokens": 4, "n": 2})
@@ -90,7 +91,7 @@ def test_a_full_queue_is_429_with_retry_after_and_a_client_that_leaves_frees_its
     steps_before = limited.metric("aogpt_steps_total")
     connection.close()
     assert wait_for(lambda: limited.metric("aogpt_slots_busy") == 0 and limited.metric("aogpt_queue_depth") == 0)
-    assert limited.metric("aogpt_steps_total") - steps_before < 50  # of the 2 x 400 it had left
+    assert limited.metric("aogpt_steps_total") - steps_before < LONG  # of the 2 x 400 it had left
     assert wait_for(lambda: limited.metric('aogpt_requests_total{outcome="cancelled"}') == 1)
     assert limited.post("/v1/completions", {"prompt": "2", "max_tokens": 4})[0] == 200  # served again
 
